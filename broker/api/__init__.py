@@ -1,0 +1,39 @@
+"""HTTP blueprints of a node; each module owns one resource."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import current_app, request
+
+from ..errors import BadRequest
+
+
+def node() -> Any:
+    """The :class:`broker.node.Node` of the current app."""
+    return current_app.extensions["toymb"]
+
+
+def json_body(*, required: bool = True) -> Any:
+    """The request's JSON body, or BadRequest naming what is wrong with it."""
+    raw = request.get_data(cache=True)
+    if not raw:
+        if required:
+            raise BadRequest("the request needs a JSON body", code="bad_json")
+        return None
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8", code="bad_json") from None
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}", code="bad_json") from None
+
+
+def json_object(*, required: bool = True) -> dict[str, Any]:
+    body = json_body(required=required)
+    if body is None and not required:
+        return {}
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object", code="bad_json")
+    return body

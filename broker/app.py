@@ -1,0 +1,80 @@
+"""The app factory: ``create_app(settings)`` builds a node and its Flask app."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from . import config as config_module
+from .config import Settings
+from .errors import BrokerError
+from .node import Node
+
+log = logging.getLogger(__name__)
+
+
+def _error_response(code: str, message: str, status: int, **extra: Any) -> tuple[Response, int]:
+    return jsonify(error=code, message=message, **extra), status
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(BrokerError)
+    def broker_error(exc: BrokerError) -> tuple[Response, int]:
+        if exc.status >= 500:
+            log.warning("%s: %s", exc.code, exc.message)
+        return jsonify(exc.to_json()), exc.status
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> tuple[Response, int]:
+        status = exc.code or 500
+        code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
+            status, (exc.name or "error").lower().replace(" ", "_"))
+        return _error_response(code, exc.description or exc.name, status)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> tuple[Response, int]:
+        log.exception("unhandled error")
+        return _error_response("internal_error", f"unexpected {type(exc).__name__}; see the node's log", 500)
+
+
+def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool = True) -> Flask:
+    """Build a node's Flask app. ``settings`` may be :class:`Settings` or overrides for :func:`config.load`.
+
+    The node (store, writer, delivery, cluster) is at ``app.extensions["toymb"]``; with ``start``
+    its background services run until ``app.extensions["toymb"].stop()``.
+    """
+    if not isinstance(settings, Settings):
+        settings = config_module.load(overrides=settings or {})
+    app = Flask("toymb")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    node = Node(settings)
+    app.extensions["toymb"] = node
+
+    from .api import compat, health, topics
+
+    for bp in (health.bp, topics.bp, compat.bp):
+        app.register_blueprint(bp)
+    for installer in _installers():
+        installer(app, node)
+    register_error_handlers(app)
+    if start:
+        node.start()
+    return app
+
+
+def _installers() -> list[Any]:
+    """Optional parts (delivery, cluster, security) that add routes and services to a node."""
+    installers = []
+    for module_name in ("broker.delivery", "broker.cluster", "broker.security"):
+        try:
+            module = __import__(module_name, fromlist=["install"])
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        installers.append(module.install)
+    return installers

@@ -1,0 +1,195 @@
+"""Group commit: one writer thread turns many concurrent publishes into few SQL transactions.
+
+A publish is handed to the writer as a request and waits on its future. The writer drains every
+request queued so far (up to ``max_rows`` messages), assigns dense offsets, skips ids the topic
+already holds, and commits once. Only then are the futures resolved, so an ack always follows a
+commit, and throughput is not one fsync per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from .envelope import NewMessage
+from .errors import BrokerError, Unavailable
+from .partitioning import partition_for
+from .store import Store, Topic
+
+log = logging.getLogger(__name__)
+
+# A hook run inside the write transaction, before anything is written to ``topic``; it raises
+# NotOwner when this node may no longer write the topic (cluster fencing).
+FenceCheck = Callable[[Connection, str], None]
+CommitListener = Callable[[str, set[int]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    id: str
+    topic: str
+    partition: int
+    offset: int
+    duplicate: bool = False
+
+    def coordinates(self) -> dict[str, Any]:
+        return {"id": self.id, "topic": self.topic, "partition": self.partition, "offset": self.offset}
+
+
+@dataclass(slots=True)
+class _Request:
+    topic: Topic
+    messages: list[NewMessage]
+    partitions: list[int]
+    future: Future[list[Stored]]
+
+
+_STOP = object()
+
+
+class Appender:
+    """The single writer of a node's message rows."""
+
+    def __init__(self, store: Store, *, max_rows: int = 5000) -> None:
+        self.store = store
+        self.max_rows = max_rows
+        self.fence: FenceCheck | None = None
+        self.listeners: list[CommitListener] = []
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._next: dict[str, dict[int, int]] = {}
+        self._thread: threading.Thread | None = None
+        self.commits = 0
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="toymb-appender", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def forget(self, topic: str) -> None:
+        """Drop cached offsets of ``topic`` (another writer may have moved them)."""
+        self._queue.put(("forget", topic))
+
+    def append(self, topic: Topic, messages: list[NewMessage], timeout: float = 60.0) -> list[Stored]:
+        """Store ``messages`` in ``topic`` and return their coordinates once committed.
+
+        Raises:
+            Unavailable: the commit failed or took longer than ``timeout``.
+        """
+        parts = [partition_for(m.key if m.key is not None else m.id, topic.partitions) for m in messages]
+        future: Future[list[Stored]] = Future()
+        self._queue.put(_Request(topic, messages, parts, future))
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            raise Unavailable("the store did not commit in time; retry with the same ids") from None
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch: list[_Request] = []
+            rows = 0
+            stop = False
+            while True:
+                if isinstance(item, tuple):
+                    self._next.pop(item[1], None)
+                elif item is _STOP:
+                    stop = True
+                    break
+                else:
+                    batch.append(item)
+                    rows += len(item.messages)
+                if rows >= self.max_rows:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Request]) -> None:
+        names = {r.topic.name for r in batch}
+        fenced: dict[str, BrokerError] = {}
+        try:
+            with self.store.engine.begin() as conn:
+                for name in names:
+                    if self.fence is not None:
+                        try:
+                            self.fence(conn, name)
+                        except BrokerError as exc:
+                            fenced[name] = exc
+                            self._next.pop(name, None)
+                results, rows, ends = self._assign(conn, [r for r in batch if r.topic.name not in fenced])
+                self.store.write(conn, rows, ends)
+        except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
+            log.warning("group commit of %d requests failed: %s", len(batch), exc)
+            for name in names:
+                self._next.pop(name, None)
+            error = exc if isinstance(exc, BrokerError) else Unavailable(f"store write failed: {type(exc).__name__}")
+            for request in batch:
+                request.future.set_exception(error)
+            return
+        self.commits += 1
+        for (name, partition), nxt in ends.items():
+            self._next[name][partition] = nxt
+        touched: dict[str, set[int]] = {}
+        for request in batch:
+            if request.topic.name in fenced:
+                request.future.set_exception(fenced[request.topic.name])
+                continue
+            request.future.set_result(results[id(request)])
+            touched.setdefault(request.topic.name, set()).update(request.partitions)
+        for name, parts in touched.items():
+            for listener in self.listeners:
+                try:
+                    listener(name, parts)
+                except Exception:  # noqa: BLE001 - a listener must not break the writer
+                    log.exception("commit listener failed")
+
+    def _assign(self, conn: Connection, batch: list[_Request]
+                ) -> tuple[dict[int, list[Stored]], list[dict[str, Any]], dict[tuple[str, int], int]]:
+        by_topic: dict[str, list[str]] = {}
+        for request in batch:
+            by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages)
+        known: dict[tuple[str, str], Stored] = {}
+        for name, ids in by_topic.items():
+            if name not in self._next:
+                self._next[name] = self.store.end_offsets(name, conn)
+            for msg_id, (p, o) in self.store.existing_ids(conn, name, ids).items():
+                known[(name, msg_id)] = Stored(msg_id, name, p, o, duplicate=True)
+        ends: dict[tuple[str, int], int] = {}
+        rows: list[dict[str, Any]] = []
+        results: dict[int, list[Stored]] = {}
+        for request in batch:
+            name = request.topic.name
+            out: list[Stored] = []
+            for message, partition in zip(request.messages, request.partitions, strict=True):
+                previous = known.get((name, message.id))
+                if previous is not None:
+                    out.append(Stored(previous.id, name, previous.partition, previous.offset, duplicate=True))
+                    continue
+                offset = ends.get((name, partition), self._next[name].get(partition, 0))
+                ends[(name, partition)] = offset + 1
+                rows.append(Store.row(name, partition, offset, message))
+                stored = Stored(message.id, name, partition, offset)
+                known[(name, message.id)] = stored
+                out.append(stored)
+            results[id(request)] = out
+        return results, rows, ends

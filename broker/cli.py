@@ -1,0 +1,69 @@
+"""The ``toymb`` command: serve, journal, consume, bench."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from . import config as config_module
+from .errors import ConfigError
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def load_settings(config_file: str | None, **overrides: Any) -> config_module.Settings:
+    try:
+        return config_module.load(config_file, overrides=overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+@click.version_option(package_name="toymb")
+def main() -> None:
+    """ToyMB: a clustered HTTP message broker with a Spark-kept journal."""
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="properties file")
+@click.option("--host", help="address to bind [TOYMB_HOST]")
+@click.option("--port", type=int, help="port [TOYMB_PORT]")
+@click.option("--node-name", help="stable node name [TOYMB_NODE_NAME]")
+@click.option("--node-url", help="URL other nodes use to reach this one [TOYMB_NODE_URL]")
+@click.option("--database-url", help="SQLAlchemy URL [TOYMB_DATABASE_URL]")
+@click.option("--data-dir", help="folder for SQLite [TOYMB_DATA_DIR]")
+def serve(config_file: str | None, **flags: Any) -> None:
+    """Run a broker node under waitress."""
+    settings = load_settings(config_file, **flags)
+    setup_logging(settings.log_level)
+    from .server import serve as run_server
+
+    try:
+        run_server(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}") from None
+
+
+def _add_optional(module_name: str, attr: str) -> None:
+    try:
+        module = __import__(module_name, fromlist=[attr])
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        return
+    main.add_command(getattr(module, attr))
+
+
+_add_optional("journal_spark.cli", "journal")
+_add_optional("driver.cli", "consume")
+_add_optional("bench.cli", "bench")
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Enrichers: per-topic plug-ins that may rewrite a message before it is stored."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from importlib.metadata import entry_points
+from typing import Any
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "toymb.enrichers"
+
+
+class TopicEnricher:
+    """Base class of an enricher.
+
+    ``init()`` is called once when the node starts. ``enrich(message)`` receives the message as a
+    dict (``id``, ``key``, ``headers``, ``content_type`` and ``body`` or ``body_base64``) and
+    returns the dict to store. Raising rejects the publish with 422 and nothing is stored.
+    """
+
+    def init(self) -> None:
+        """Prepare resources; called once at startup."""
+
+    def enrich(self, message: dict[str, Any]) -> dict[str, Any]:
+        return message
+
+
+def _load(target: str) -> type[TopicEnricher]:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load enricher {target!r}: {exc}") from exc
+    if not callable(getattr(cls, "enrich", None)):
+        raise ConfigError(f"enricher {target!r} has no enrich(message) method")
+    return cls  # type: ignore[no-any-return]
+
+
+def load_enrichers(configured: tuple[str, ...]) -> dict[str, list[TopicEnricher]]:
+    """Instantiate and ``init()`` every enricher: from ``topic=module:Class`` settings, then entry points.
+
+    An entry point is named after its topic, ``orders = mypkg.enrich:OrderEnricher``.
+    """
+    result: dict[str, list[TopicEnricher]] = {}
+    pairs = [tuple(item.split("=", 1)) for item in configured]
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        pairs.append((ep.name, ep.value))
+    for topic, target in pairs:
+        instance = _load(target.strip())()
+        try:
+            instance.init()
+        except Exception as exc:  # noqa: BLE001 - a broken plug-in must stop startup clearly
+            raise ConfigError(f"enricher {target!r} failed in init(): {exc}") from exc
+        result.setdefault(topic.strip(), []).append(instance)
+        log.info("enricher %s registered for topic %s", target, topic)
+    return result

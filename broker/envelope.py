@@ -1,0 +1,165 @@
+"""The message envelope: parsing what clients send, and rendering what the store holds."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BadRequest, LimitExceeded, PayloadTooLarge
+
+_INPUT_KEYS = frozenset({"id", "key", "headers", "body", "body_base64", "content_type", "timestamp"})
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain"
+BINARY_TYPE = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body: int = 1 << 20
+    max_headers: int = 64
+    max_header_name: int = 256
+    max_header_value: int = 8192
+    max_id: int = 256
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        return cls(
+            max_body=settings.max_body,
+            max_headers=settings.max_headers,
+            max_header_name=settings.max_header_name,
+            max_header_value=settings.max_header_value,
+            max_id=settings.max_id,
+        )
+
+
+@dataclass(slots=True)
+class NewMessage:
+    """A validated message on its way into the store."""
+
+    id: str
+    key: str | None
+    headers: dict[str, str]
+    content_type: str
+    body: bytes
+    timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+
+
+def is_json_type(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base == JSON_TYPE or base.endswith("+json")
+
+
+def is_text_type(content_type: str) -> bool:
+    base = content_type.split(";", 1)[0].strip().lower()
+    return base.startswith("text/") or base.endswith(("+xml", "/xml"))
+
+
+def _string(value: Any, what: str, max_len: int, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{what} must be a string, not {type(value).__name__}", code="bad_field", field=what)
+    if not value and not allow_empty:
+        raise BadRequest(f"{what} must not be empty", code="bad_field", field=what)
+    if len(value) > max_len:
+        raise LimitExceeded(f"{what} is longer than {max_len} characters", limit=what, max=max_len)
+    return value
+
+
+def _headers(value: Any, limits: Limits) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest("headers must be an object of strings", code="bad_field", field="headers")
+    if len(value) > limits.max_headers:
+        raise LimitExceeded(f"more than {limits.max_headers} headers", limit="headers", max=limits.max_headers)
+    for name, text in value.items():
+        _string(name, "header name", limits.max_header_name)
+        _string(text, f"header {name!r}", limits.max_header_value, allow_empty=True)
+    return dict(value)
+
+
+def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, str]:
+    """Turn ``body`` or ``body_base64`` into stored bytes and their content type."""
+    if "body_base64" in obj:
+        if "body" in obj:
+            raise BadRequest("give body or body_base64, not both", code="bad_field", field="body")
+        encoded = obj["body_base64"]
+        if not isinstance(encoded, str):
+            raise BadRequest("body_base64 must be a base64 string", code="bad_field", field="body_base64")
+        try:
+            return base64.b64decode(encoded, validate=True), content_type or BINARY_TYPE
+        except (binascii.Error, ValueError):
+            raise BadRequest("body_base64 is not valid base64", code="bad_field", field="body_base64") from None
+    if "body" not in obj:
+        raise BadRequest("a message needs body or body_base64", code="bad_field", field="body")
+    body = obj["body"]
+    if content_type and not is_json_type(content_type) and isinstance(body, str):
+        return body.encode("utf-8"), content_type
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), content_type or JSON_TYPE
+
+
+def parse_message(obj: Any, limits: Limits) -> NewMessage:
+    """Validate one message as a client sent it.
+
+    Raises:
+        BadRequest: a field is missing, unknown or of the wrong type.
+        PayloadTooLarge: the body is over ``limits.max_body`` bytes.
+    """
+    if not isinstance(obj, dict):
+        raise BadRequest("a message must be a JSON object", code="bad_message")
+    unknown = set(obj) - _INPUT_KEYS
+    if unknown:
+        raise BadRequest(f"unknown message fields: {', '.join(sorted(unknown))}", code="bad_message")
+    msg_id = obj.get("id")
+    msg_id = uuid.uuid4().hex if msg_id is None else _string(msg_id, "id", limits.max_id)
+    key = obj.get("key")
+    key = None if key is None else _string(key, "key", limits.max_id, allow_empty=True)
+    content_type = obj.get("content_type")
+    if content_type is not None:
+        content_type = _string(content_type, "content_type", 200)
+    body, content_type = encode_body(obj, content_type)
+    if len(body) > limits.max_body:
+        raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limits.max_body}",
+                              limit="body", max=limits.max_body)
+    message = NewMessage(msg_id, key, _headers(obj.get("headers"), limits), content_type, body)
+    timestamp = obj.get("timestamp")
+    if timestamp is not None:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp < 1 << 53:
+            raise BadRequest("timestamp must be milliseconds since the epoch", code="bad_field", field="timestamp")
+        message.timestamp = timestamp
+    return message
+
+
+def decode_body(content_type: str, body: bytes) -> dict[str, Any]:
+    """The ``body`` or ``body_base64`` member of an envelope for stored bytes."""
+    if is_json_type(content_type):
+        try:
+            return {"body": json.loads(body)}
+        except ValueError:
+            pass
+    elif is_text_type(content_type):
+        try:
+            return {"body": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {"body_base64": base64.b64encode(body).decode("ascii")}
+
+
+def render(topic: str, partition: int, offset: int, msg_id: str, key: str | None, headers: str | dict[str, str],
+           timestamp: int, content_type: str, body: bytes) -> dict[str, Any]:
+    """The JSON envelope of a stored message."""
+    return {
+        "id": msg_id,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "key": key,
+        "headers": json.loads(headers) if isinstance(headers, str) else headers,
+        "timestamp": timestamp,
+        "content_type": content_type,
+        **decode_body(content_type, body),
+    }

@@ -1,0 +1,90 @@
+"""The publish path: validate, enrich, then hand to the group-commit writer."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from .config import NAME_PATTERN
+from .envelope import Limits, NewMessage, decode_body, parse_message
+from .errors import BadRequest, LimitExceeded, Unprocessable
+
+if TYPE_CHECKING:
+    from .node import Node
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(name: Any, what: str = "topic") -> str:
+    """A topic or group name, or BadRequest saying what is allowed."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise BadRequest(f"{what} name must match {NAME_PATTERN}", code=f"bad_{what}_name")
+    return name
+
+
+class Publisher:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.limits = Limits.from_settings(node.settings)
+
+    def parse_payload(self, payload: Any) -> tuple[list[NewMessage], bool]:
+        """The messages of a publish body, and whether it was a batch."""
+        if isinstance(payload, dict) and "messages" in payload:
+            if set(payload) != {"messages"}:
+                raise BadRequest("a batch is {\"messages\": [...]} and nothing else", code="bad_batch")
+            items = payload["messages"]
+            if not isinstance(items, list) or not items:
+                raise BadRequest("messages must be a non-empty list", code="bad_batch")
+            limit = self.node.settings.max_batch
+            if len(items) > limit:
+                raise LimitExceeded(f"a batch holds at most {limit} messages", limit="batch", max=limit)
+            return [parse_message(item, self.limits) for item in items], True
+        return [parse_message(payload, self.limits)], False
+
+    def enrich(self, topic: str, messages: list[NewMessage]) -> list[NewMessage]:
+        enrichers = self.node.enrichers.get(topic)
+        if not enrichers:
+            return messages
+        out = []
+        for message in messages:
+            as_dict: dict[str, Any] = {"id": message.id, "key": message.key, "headers": dict(message.headers),
+                                       "content_type": message.content_type,
+                                       **decode_body(message.content_type, message.body)}
+            for enricher in enrichers:
+                try:
+                    as_dict = enricher.enrich(as_dict)
+                except Exception as exc:  # noqa: BLE001 - any failure rejects the publish
+                    raise Unprocessable(f"enricher {type(enricher).__name__} rejected the message: {exc}",
+                                        code="enricher_failed") from None
+            if not isinstance(as_dict, dict) or as_dict.get("id") != message.id:
+                raise Unprocessable("an enricher must return the message dict with its id unchanged",
+                                    code="enricher_failed")
+            try:
+                enriched = parse_message(as_dict, self.limits)
+            except BadRequest as exc:
+                raise Unprocessable(f"enricher returned an invalid message: {exc.message}",
+                                    code="enricher_failed") from None
+            enriched.timestamp = message.timestamp
+            out.append(enriched)
+        return out
+
+    def publish(self, topic_name: str, payload: Any) -> tuple[int, dict[str, Any]]:
+        """Store a single message or a batch; returns the HTTP status and body of the answer."""
+        started = time.perf_counter()
+        check_name(topic_name)
+        messages, is_batch = self.parse_payload(payload)
+        messages = self.enrich(topic_name, messages)
+        topic = self.node.topic(topic_name, create=True)
+        stored = self.node.appender.append(topic, messages)
+        metrics = self.node.metrics
+        new = sum(1 for s in stored if not s.duplicate)
+        metrics.published.inc(new)
+        if new < len(stored):
+            metrics.duplicates.inc(len(stored) - new)
+        metrics.publish_latency.observe(time.perf_counter() - started)
+        metrics.publish_requests.labels("ok").inc()
+        status = 201 if new else 200
+        if is_batch:
+            return status, {"messages": [dict(s.coordinates(), duplicate=s.duplicate) for s in stored]}
+        return status, dict(stored[0].coordinates(), duplicate=stored[0].duplicate)

@@ -1,0 +1,226 @@
+"""The narrow store interface over SQLAlchemy: topics, appends, ranges and end offsets.
+
+Every method takes and returns plain values. The group-commit writer (``broker.appender``)
+is the only caller of :meth:`Store.write`; everything else reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, select, tuple_
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.pool import NullPool
+
+from ..envelope import NewMessage, render
+from . import schema
+from .schema import messages, partitions, topics
+
+log = logging.getLogger(__name__)
+
+_ID_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    partitions: int
+    owner: str | None = None
+    epoch: int = 0
+
+
+def normalize_url(url: str) -> str:
+    """Make ``postgresql://`` use psycopg 3, the driver this project installs."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine:
+    """An engine with SQLite in WAL mode (full sync: an ack survives power loss), or PostgreSQL."""
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
+                               poolclass=None if pooled else NullPool)
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    if pooled:
+        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    return create_engine(url, poolclass=NullPool)
+
+
+class Store:
+    """Topics, messages and end offsets in one SQL database (SQLite or PostgreSQL)."""
+
+    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+        self.url = normalize_url(url)
+        self.engine = engine or open_engine(self.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def create_schema(self) -> None:
+        """Create missing tables; safe to call from several processes at once."""
+        for attempt in range(5):
+            try:
+                schema.metadata.create_all(self.engine)
+                return
+            except (IntegrityError, OperationalError) as exc:  # another process raced us
+                if attempt == 4:
+                    raise
+                log.debug("create_schema retry: %s", exc)
+                time.sleep(0.2 * (attempt + 1))
+
+    def ping(self) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                conn.execute(select(1))
+            return True
+        except Exception:  # noqa: BLE001 - any failure means "not reachable"
+            return False
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def get_topic(self, name: str) -> Topic | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(topics).where(topics.c.name == name)).first()
+        return None if row is None else Topic(row.name, row.partitions, row.owner, row.epoch)
+
+    def list_topics(self) -> list[Topic]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(topics).order_by(topics.c.name)).all()
+        return [Topic(r.name, r.partitions, r.owner, r.epoch) for r in rows]
+
+    def ensure_topic(self, name: str, partition_count: int) -> tuple[Topic, bool]:
+        """The topic, created with ``partition_count`` partitions if missing; and whether it was created."""
+        existing = self.get_topic(name)
+        if existing is not None:
+            return existing, False
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(topics.insert().values(name=name, partitions=partition_count,
+                                                    created_ms=int(time.time() * 1000), epoch=0))
+                conn.execute(partitions.insert(), [
+                    {"topic": name, "partition": p, "next_offset": 0} for p in range(partition_count)
+                ])
+        except IntegrityError:
+            pass  # created concurrently by another thread or node
+        topic = self.get_topic(name)
+        assert topic is not None
+        return topic, topic.partitions == partition_count and existing is None
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
+        """Next offset to be written, per partition."""
+        query = select(partitions.c.partition, partitions.c.next_offset).where(partitions.c.topic == topic)
+        if conn is not None:
+            return {p: n for p, n in conn.execute(query)}
+        with self.engine.connect() as own:
+            return {p: n for p, n in own.execute(query)}
+
+    def all_end_offsets(self) -> dict[tuple[str, int], int]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(partitions.c.topic, partitions.c.partition, partitions.c.next_offset))
+            return {(t, p): n for t, p, n in rows}
+
+    def existing_ids(self, conn: Connection, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Coordinates of the ids among ``ids`` that ``topic`` already holds."""
+        found: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            query = select(messages.c.id, messages.c.partition, messages.c.offset).where(
+                messages.c.topic == topic, messages.c.id.in_(chunk))
+            found.update({i: (p, o) for i, p, o in conn.execute(query)})
+        return found
+
+    def write(self, conn: Connection, rows: list[dict[str, Any]], ends: dict[tuple[str, int], int]) -> None:
+        """Insert message rows and move the partitions' next offsets, inside the caller's transaction."""
+        if rows:
+            conn.execute(messages.insert(), rows)
+        if ends:
+            conn.execute(
+                partitions.update()
+                .where(partitions.c.topic == bindparam("b_topic"),
+                       partitions.c.partition == bindparam("b_partition"))
+                .values(next_offset=bindparam("b_next")),
+                [{"b_topic": t, "b_partition": p, "b_next": n} for (t, p), n in ends.items()],
+            )
+
+    @staticmethod
+    def row(topic: str, partition: int, offset: int, message: NewMessage) -> dict[str, Any]:
+        return {
+            "topic": topic, "partition": partition, "offset": offset, "id": message.id, "key": message.key,
+            "headers": json.dumps(message.headers, separators=(",", ":")), "content_type": message.content_type,
+            "body": message.body, "timestamp": message.timestamp,
+        }
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read_range(self, topic: str, partition: int, start: int, limit: int,
+                   end: int | None = None) -> list[dict[str, Any]]:
+        """Envelopes of ``topic``/``partition`` from offset ``start``, at most ``limit``, before ``end``."""
+        query = select(messages).where(messages.c.topic == topic, messages.c.partition == partition,
+                                       messages.c.offset >= start)
+        if end is not None:
+            query = query.where(messages.c.offset < end)
+        query = query.order_by(messages.c.offset).limit(limit)
+        with self.engine.connect() as conn:
+            return [self.envelope(r) for r in conn.execute(query)]
+
+    def read_positions(self, topic: str, starts: dict[int, int], limit: int) -> list[dict[str, Any]]:
+        """Envelopes from several partitions at once, each from its own start offset, in offset order."""
+        if not starts:
+            return []
+        result: list[dict[str, Any]] = []
+        with self.engine.connect() as conn:
+            for partition, start in sorted(starts.items()):
+                if len(result) >= limit:
+                    break
+                query = (select(messages).where(messages.c.topic == topic, messages.c.partition == partition,
+                                                messages.c.offset >= start)
+                         .order_by(messages.c.offset).limit(limit - len(result)))
+                result.extend(self.envelope(r) for r in conn.execute(query))
+        return result
+
+    def count_messages(self, topic: str | None = None) -> int:
+        query = select(func.count()).select_from(messages)
+        if topic is not None:
+            query = query.where(messages.c.topic == topic)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def find(self, topic: str, keys: Iterable[tuple[int, int]]) -> list[dict[str, Any]]:
+        pairs = list(keys)
+        if not pairs:
+            return []
+        query = select(messages).where(messages.c.topic == topic,
+                                       tuple_(messages.c.partition, messages.c.offset).in_(pairs))
+        with self.engine.connect() as conn:
+            return [self.envelope(r) for r in conn.execute(query)]
+
+    @staticmethod
+    def envelope(row: Any) -> dict[str, Any]:
+        return render(row.topic, row.partition, row.offset, row.id, row.key, row.headers, row.timestamp,
+                      row.content_type, bytes(row.body))

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Private ActiveMQ 5.17 (Debian package) instance for toymb tests.
+#   services/activemq.sh start|stop|stop --kill|kill|restart|status|logs
+# Ports: OpenWire tcp://127.0.0.1:61616, STOMP stomp://127.0.0.1:61613.
+# No web console/Jetty, no JMX. KahaDB data persists in <state>/data.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+svc_init activemq
+
+AMQ_HOST=127.0.0.1
+AMQ_OPENWIRE_PORT="${TOYMB_AMQ_OPENWIRE_PORT:-61616}"
+AMQ_STOMP_PORT="${TOYMB_AMQ_STOMP_PORT:-61613}"
+AMQ_HOME=/usr/share/activemq
+AMQ_TEMPLATE=/etc/activemq/instances-available/main
+AMQ_HEAP="${TOYMB_AMQ_HEAP:--Xmx512M}"
+CONF_DIR="$STATE_DIR/conf"
+DATA_DIR="$STATE_DIR/data"
+
+install() {
+    if [[ ! -f "$AMQ_HOME/bin/activemq.jar" || ! -f "$AMQ_TEMPLATE/activemq.xml" ]]; then
+        apt_ensure activemq
+    fi
+    [[ -f "$AMQ_HOME/bin/activemq.jar" ]] || die "$AMQ_HOME/bin/activemq.jar missing after install"
+    command -v java >/dev/null || apt_ensure default-jre-headless
+}
+
+# Regenerate conf/ from the Debian template on every start (data/ is kept).
+write_config() {
+    mkdir -p "$CONF_DIR" "$DATA_DIR" "$DATA_DIR/tmp"
+    # Debian's ActiveMQ logs through slf4j -> log4j 1.2 (the template's log4j2.properties
+    # is not used), so write a log4j 1.2 config: INFO to data/activemq.log, WARN to stdout.
+    cat >"$CONF_DIR/log4j.properties" <<EOF
+log4j.rootLogger=INFO, console, logfile
+log4j.logger.org.apache.activemq.spring=WARN
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.Threshold=WARN
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+log4j.appender.logfile=org.apache.log4j.RollingFileAppender
+log4j.appender.logfile.File=$DATA_DIR/activemq.log
+log4j.appender.logfile.MaxFileSize=5MB
+log4j.appender.logfile.MaxBackupIndex=3
+log4j.appender.logfile.append=true
+log4j.appender.logfile.layout=org.apache.log4j.PatternLayout
+log4j.appender.logfile.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+EOF
+    python3 - "$AMQ_TEMPLATE/activemq.xml" "$CONF_DIR/activemq.xml.tmp" \
+        "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT" <<'PY'
+import re, sys
+src, dst, host, ow, stomp = sys.argv[1:]
+xml = open(src).read()
+# Explicit limits (the stock 1 GB memory / 100 GB store only produce warnings on
+# a 512 MB heap / small disk). ActiveMQ's schema wants <broker> children in
+# alphabetical order, so <systemUsage> goes right before <transportConnectors>.
+usage = (
+    "<systemUsage>\n"
+    "            <systemUsage>\n"
+    '                <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>\n'
+    '                <storeUsage><storeUsage limit="8 gb"/></storeUsage>\n'
+    '                <tempUsage><tempUsage limit="2 gb"/></tempUsage>\n'
+    "            </systemUsage>\n"
+    "        </systemUsage>\n        "
+)
+connectors = usage + (
+    "<transportConnectors>\n"
+    f'            <transportConnector name="openwire" uri="tcp://{host}:{ow}"/>\n'
+    f'            <transportConnector name="stomp" uri="stomp://{host}:{stomp}"/>\n'
+    "        </transportConnectors>"
+)
+xml, n = re.subn(r"<transportConnectors>.*?</transportConnectors>", connectors, xml, flags=re.S)
+if n != 1:
+    sys.exit("activemq.xml template: <transportConnectors> not found exactly once")
+# No scheduler (schedulerSupport defaults to false; make it explicit), no JMX.
+xml, n = re.subn(r"<broker\s", '<broker schedulerSupport="false" ', xml, count=1)
+if n != 1:
+    sys.exit("activemq.xml template: <broker> not found")
+# Drop any web console import (jetty.xml) a template may carry.
+xml = re.sub(r'<import\s+resource="[^"]*jetty\.xml"\s*/>', "", xml)
+open(dst, "w").write(xml)
+PY
+    mv "$CONF_DIR/activemq.xml.tmp" "$CONF_DIR/activemq.xml"
+}
+
+ready() {
+    read_pid >/dev/null 2>&1 && port_open "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" && port_open "$AMQ_HOST" "$AMQ_STOMP_PORT"
+}
+
+do_start() {
+    with_lock
+    if ready; then
+        log "already running (pid $(read_pid)): openwire $AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
+        return 0
+    fi
+    install
+    local pid
+    if pid="$(read_pid)"; then
+        warn "pid $pid alive but ports not open yet; waiting"
+    else
+        local p
+        for p in "$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT"; do
+            if port_open "$AMQ_HOST" "$p"; then
+                port_in_use_msg "$p"
+                die "port $p is already in use by another process"
+            fi
+        done
+        write_config
+        # shellcheck disable=SC2086
+        start_detached "$LOGFILE" java $AMQ_HEAP \
+            -Dorg.apache.activemq.UseDedicatedTaskRunner=true \
+            -Djava.awt.headless=true \
+            -Dlog4j.configuration="file:$CONF_DIR/log4j.properties" \
+            -Dactivemq.base="$STATE_DIR" \
+            -Dactivemq.home="$AMQ_HOME" \
+            -Dactivemq.conf="$CONF_DIR" \
+            -Dactivemq.data="$DATA_DIR" \
+            -Djava.io.tmpdir="$DATA_DIR/tmp" \
+            -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$CONF_DIR/activemq.xml"
+        pid="$START_PID"
+    fi
+    if ! wait_for_port "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" 120 "$pid" \
+        || ! wait_for_port "$AMQ_HOST" "$AMQ_STOMP_PORT" 60 "$pid"; then
+        tail_log "$LOGFILE"
+        stop_pid "$pid" 10 || true
+        die "activemq did not come up (see $LOGFILE, $DATA_DIR/activemq.log)"
+    fi
+    log "started (pid $pid): openwire $AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
+}
+
+do_stop() {
+    with_lock
+    local pid
+    if ! pid="$(read_pid)"; then
+        rm -f "$PIDFILE"
+        log "not running"
+        return 0
+    fi
+    # SIGTERM runs the JVM shutdown hook: connectors close, KahaDB is checkpointed.
+    stop_pid "$pid" 60
+    wait_for_port_closed "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" 10 || true
+    rm -f "$PIDFILE"
+    log "stopped"
+}
+
+do_kill() {
+    with_lock
+    local pid
+    if ! pid="$(read_pid)"; then
+        rm -f "$PIDFILE"
+        log "not running"
+        return 0
+    fi
+    kill_pid "$pid"
+    rm -f "$PIDFILE"
+    log "killed (SIGKILL) pid $pid"
+}
+
+do_status() {
+    if ready; then
+        echo "activemq: running (pid $(read_pid)): openwire tcp://$AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
+        return 0
+    fi
+    if read_pid >/dev/null 2>&1; then
+        echo "activemq: starting/unhealthy (pid $(read_pid)), ports not open"
+        return 1
+    fi
+    echo "activemq: stopped"
+    return 3
+}
+
+case "${1:-}" in
+    start) do_start ;;
+    stop) if [[ "${2:-}" == "--kill" ]]; then do_kill; else do_stop; fi ;;
+    kill) do_kill ;;
+    restart) "$0" stop && exec "$0" start ;;
+    status) do_status ;;
+    logs) tail -n "${2:-100}" "$DATA_DIR/activemq.log" ;;
+    install) install ;;
+    *) usage_generic "install"; exit 2 ;;
+esac

@@ -1,0 +1,81 @@
+"""Fixtures every test folder may use."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import create_engine, text
+
+from broker.app import create_app
+from broker.store.sql import normalize_url
+from tests.support import NodeProcess, need_service
+
+PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:55432/toymb_test")
+
+
+def _pg_available() -> bool:
+    try:
+        engine = create_engine(normalize_url(PG_URL), connect_args={"connect_timeout": 2})
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> bool:
+    return _pg_available()
+
+
+def reset_pg(url: str) -> None:
+    """Drop every toymb table, so a test starts from an empty database."""
+    from broker.store.schema import metadata
+
+    engine = create_engine(normalize_url(url))
+    metadata.drop_all(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_available: bool) -> str:
+    need_service(pg_available, "PostgreSQL (services/postgres.sh)")
+    reset_pg(PG_URL)
+    return PG_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path, pg_available: bool) -> str:
+    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'toymb.db'}"
+    need_service(pg_available, "PostgreSQL (services/postgres.sh)")
+    reset_pg(PG_URL)
+    return PG_URL
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Flask]:
+    """An in-process node on SQLite, started (writer and services running)."""
+    application = create_app({"data_dir": str(tmp_path), "push_allow": ("127.0.0.0/8", "localhost")})
+    yield application
+    application.extensions["toymb"].stop()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def node_process(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A real ``toymb serve`` process on SQLite; stopped after the test."""
+    node = NodeProcess(tmp_path / "node").start()
+    yield node
+    node.stop()

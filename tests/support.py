@@ -1,0 +1,126 @@
+"""Shared test helpers: free ports, real node processes, service probes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def need_service(available: bool, what: str) -> None:
+    """Skip when a service is missing, except under CI=true where that is a failure."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is not available under CI; services/ should have started it")
+    pytest.skip(f"{what} is not available (run services/all.sh start)")
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class NodeProcess:
+    """A real ``toymb serve`` process on a loopback port."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, name: str = "toymb-1",
+                 env: Mapping[str, str] | None = None, database_url: str | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.name = name
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.extra_env = dict(env or {})
+        self.database_url = database_url
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.data_dir / f"{name}-{self.port}.log"
+
+    def start(self, wait: bool = True) -> NodeProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_") or k.startswith("TOYMB_TEST_")}
+        env.update({"TOYMB_PORT": str(self.port), "TOYMB_NODE_NAME": self.name,
+                    "TOYMB_DATA_DIR": str(self.data_dir), "TOYMB_LOG_LEVEL": "INFO"})
+        if self.database_url:
+            env["TOYMB_DATABASE_URL"] = self.database_url
+        env.update(self.extra_env)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "serve"], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, cwd=str(self.data_dir), start_new_session=True)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"node exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                return requests.get(self.url + "/ready", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, timeout=timeout, what=f"node {self.name} ready")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> NodeProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
