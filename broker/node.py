@@ -52,6 +52,10 @@ class Node:
     def owner_of(self, topic: str) -> str:
         return self.name if self.router is None else str(self.router.owner_of(topic))
 
+    def owns(self, topic: str) -> bool:
+        """Whether this node sequences and dispatches ``topic`` now."""
+        return self.router is None or bool(self.router.owns(topic))
+
     def forward_if_remote(self, topic: str) -> Any:
         """None when this node owns ``topic``; otherwise the owner's answer as (Response, status)."""
         return None if self.router is None else self.router.forward_if_remote(topic)
