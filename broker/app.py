@@ -69,7 +69,7 @@ def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool
 def _installers() -> list[Any]:
     """Optional parts (delivery, cluster, security) that add routes and services to a node."""
     installers = []
-    for module_name in ("broker.delivery", "broker.cluster", "broker.security"):
+    for module_name in ("broker.delivery", "broker.cluster", "broker.retention", "broker.security"):
         try:
             module = __import__(module_name, fromlist=["install"])
         except ModuleNotFoundError as exc:

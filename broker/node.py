@@ -46,6 +46,8 @@ class Node:
         self._topics: dict[str, Topic] = {}
         self._topics_lock = threading.Lock()
         self.started = False
+        # Checks a push URL must pass at registration; security adds the allowlist here.
+        self.push_url_checks: list[Any] = []
         # Set by the cluster service: decides topic owners and forwards to them.
         self.router: Any = None
 
@@ -55,6 +57,11 @@ class Node:
     def owns(self, topic: str) -> bool:
         """Whether this node sequences and dispatches ``topic`` now."""
         return self.router is None or bool(self.router.owns(topic))
+
+    def check_push_url(self, url: str) -> None:
+        """Raise a BrokerError when ``url`` may not receive pushes."""
+        for check in self.push_url_checks:
+            check(url)
 
     def forward_if_remote(self, topic: str) -> Any:
         """None when this node owns ``topic``; otherwise the owner's answer as (Response, status)."""

@@ -95,7 +95,7 @@ run_java() {
     local main="$1"; shift
     java -Xmx256M -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
         -Dlog4j2.configurationFile="$CONF_DIR/tools-log4j2.properties" \
-        -cp "$(classpath)" "$main" "$@"
+        -cp "$LIB_DIR/*" "$main" "$@"
 }
 
 # ----------------------------------------------------------------- config ---
@@ -218,19 +218,35 @@ do_start() {
         done
         write_config
         format_storage
+        local log_offset=0
+        [[ -f "$SERVER_LOG_DIR/server.log" ]] && log_offset="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
         # shellcheck disable=SC2086
         start_detached "$LOGFILE" java $KAFKA_HEAP \
             -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
             -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
             -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
             -Dkafka.logs.dir="$SERVER_LOG_DIR" \
-            -cp "$(classpath)" "$MAIN_BROKER" "$CONF_DIR/server.properties"
+            -cp "$LIB_DIR/*" "$MAIN_BROKER" "$CONF_DIR/server.properties"
         pid="$START_PID"
     fi
     if ! wait_for_port "$KAFKA_HOST" "$KAFKA_PORT" 120 "$pid"; then
         tail_log "$LOGFILE" "$SERVER_LOG_DIR/server.log"
         stop_pid "$pid" 10 || true
         die "kafka did not come up on $BOOTSTRAP"
+    fi
+    # The listener socket is bound before the broker has finished starting up;
+    # wait for the "started" line of this run as well.
+    if [[ -n "${log_offset:-}" ]]; then
+        local deadline=$((SECONDS + 90))
+        until tail -c "+$((log_offset + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null \
+                | grep -q 'Kafka Server started'; do
+            if ((SECONDS >= deadline)) || ! pid_alive "$pid"; then
+                tail_log "$LOGFILE" "$SERVER_LOG_DIR/server.log"
+                stop_pid "$pid" 10 || true
+                die "kafka did not finish starting (no 'Kafka Server started' in server.log)"
+            fi
+            sleep 0.3
+        done
     fi
     log "started (pid $pid) on $BOOTSTRAP (Kafka $KAFKA_VERSION)"
 }
