@@ -5,6 +5,7 @@
 # No web console/Jetty, no JMX. KahaDB data persists in <state>/data.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init activemq
+PID_MATCH="activemq.jar"
 
 AMQ_HOST=127.0.0.1
 AMQ_OPENWIRE_PORT="${TOYMB_AMQ_OPENWIRE_PORT:-61616}"

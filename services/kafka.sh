@@ -10,6 +10,7 @@
 # Env: TOYMB_KAFKA_VERSION (default 4.1.2), TOYMB_KAFKA_HEAP (default -Xmx768M).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init kafka
+PID_MATCH="kafka.Kafka"
 
 KAFKA_VERSION="${TOYMB_KAFKA_VERSION:-4.1.2}"
 LOG4J_VERSION="${TOYMB_KAFKA_LOG4J_VERSION:-2.25.3}"

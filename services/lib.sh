@@ -15,6 +15,7 @@ REPO_ROOT="$(dirname "$SERVICES_ROOT")"
 STATE_BASE="${TOYMB_SERVICES_DIR:-$REPO_ROOT/.services}"
 
 SVC_NAME=""
+PID_MATCH=""   # services set this to a string their command line must contain
 STATE_DIR=""
 PIDFILE=""
 LOGFILE=""
@@ -95,6 +96,10 @@ read_pid() {
     [[ -s "$f" ]] || return 1
     pid="$(head -n1 "$f" | tr -dc '0-9')"
     pid_alive "$pid" || return 1
+    # Guard against a stale pid file whose pid was reused by another program.
+    if [[ -n "${PID_MATCH:-}" && "$f" == "$PIDFILE" ]]; then
+        tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$PID_MATCH" || return 1
+    fi
     printf '%s\n' "$pid"
 }
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Start/stop every test service: postgres, activemq, kafka, nats.
+#   services/all.sh start|stop|restart|status
+# Optional service list after the command: services/all.sh start kafka nats
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cmd="${1:-}"; shift || true
+services=("$@")
+[[ ${#services[@]} -gt 0 ]] || services=(postgres activemq kafka nats)
+
+rc=0
+case "$cmd" in
+    start)
+        for s in "${services[@]}"; do
+            "$here/$s.sh" start || { echo "[all] $s start failed" >&2; rc=1; }
+        done ;;
+    status)
+        for s in "${services[@]}"; do
+            "$here/$s.sh" status || rc=1
+        done ;;
+    stop)
+        for ((i=${#services[@]}-1; i>=0; i--)); do
+            "$here/${services[i]}.sh" stop || { echo "[all] ${services[i]} stop failed" >&2; rc=1; }
+        done ;;
+    restart)
+        "$0" stop "${services[@]}"; "$0" start "${services[@]}" || rc=1 ;;
+    *)
+        echo "usage: $0 start|stop|restart|status [postgres|activemq|kafka|nats ...]" >&2; exit 2 ;;
+esac
+exit $rc
