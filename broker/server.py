@@ -22,6 +22,13 @@ log = logging.getLogger(__name__)
 
 def serve(settings: Settings) -> None:
     """Start the node and serve until SIGTERM or SIGINT, then stop cleanly."""
+    from .security import check_bind
+
+    check_bind(settings)  # no tokens: refuse a non-loopback address unless allow_remote
+    if settings.tls_cert:
+        from .security.tls import serve_tls
+
+        return serve_tls(settings)  # waitress cannot terminate TLS
     app = create_app(settings)
     node = app.extensions["toymb"]
     server = create_server(

@@ -1,0 +1,204 @@
+"""Who may call what: each request is mapped to the role and topic it needs, then checked.
+
+| request | role needed | topic |
+|---|---|---|
+| ``GET /health``, ``GET /ready``, ``GET /openapi.json`` | none (open) | |
+| ``POST /v1/topics/{t}/messages``, ``PUT /v1/topics/{t}`` | publish | t |
+| ``POST /sendmessage``, ``POST /advertise`` | publish | ``topicName`` of the body |
+| ``GET /v1/topics/{t}`` | any role | t |
+| ``GET /v1/topics``, ``GET /v1/cluster`` | any role | any |
+| ``/v1/topics/{t}/groups/{g}`` and everything under it | consume | t |
+| ``POST /subscribe`` | consume | ``topicName`` of the body |
+| ``POST /v1/subscribers/{sid}/heartbeat``, ``GET /poll/{sid}`` | consume | the subscriber's topic |
+| ``GET /metrics`` and anything else (cluster-internal endpoints) | admin | |
+
+Creating a topic needs only ``publish`` because publishing creates topics on first use anyway.
+``/metrics`` needs ``admin`` because its labels name every topic and group.
+
+Answers: no or an unknown token, 401 (with ``WWW-Authenticate: Bearer``); a known token without
+the role or topic, 403 ``{"error": "forbidden", "message", "role", "topic"}``.
+
+Node-to-node calls carry ``X-ToyMB-Cluster-Token``. A correct one marks the caller as a peer
+node: it passes the loopback rule, and without an ``Authorization`` header it acts as admin (a
+node's own call). A forwarded client request keeps the client's ``Authorization`` header, which
+is checked as usual, so forwarding never widens what a client may do. A wrong cluster token is 401.
+
+With no tokens configured, only loopback clients (127.0.0.0/8, ::1) are served, unless
+``allow_remote`` is set; others get 403. Behind a reverse proxy on the same host every client
+looks local, so configure tokens there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Request
+from sqlalchemy import select
+
+from ..errors import Forbidden, Unauthorized
+from ..store.schema import subscribers
+from .tokens import ADMIN, ADMIN_GRANT, CONSUME, PUBLISH, Grant, TokenTable
+
+CLUSTER_HEADER = "X-ToyMB-Cluster-Token"
+ANY = "any"  # any of the three roles
+OPEN = "open"
+
+_SEG = r"(?P<topic>[^/]+)"
+_SID = r"(?P<sid>[^/]+)"
+_GROUP = rf"^/v1/topics/{_SEG}/groups/[^/]+"
+
+
+@dataclass(frozen=True)
+class Need:
+    """The role a request needs, and on which topic (None: on some topic, or not about one)."""
+
+    role: str
+    topic: str | None = None
+
+
+# (methods, path regex, role, where the topic comes from: "path" | "body" | "subscriber" | None)
+_RULES: list[tuple[frozenset[str], re.Pattern[str], str, str | None]] = [
+    (frozenset({"GET", "HEAD"}), re.compile(r"^/(health|ready|openapi\.json)$"), OPEN, None),
+    (frozenset({"POST"}), re.compile(rf"^/v1/topics/{_SEG}/messages$"), PUBLISH, "path"),
+    (frozenset({"PUT"}), re.compile(rf"^/v1/topics/{_SEG}$"), PUBLISH, "path"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"^/v1/topics/{_SEG}$"), ANY, "path"),
+    (frozenset({"GET", "HEAD"}), re.compile(r"^/v1/(topics|cluster)$"), ANY, None),
+    (frozenset({"POST"}), re.compile(rf"{_GROUP}/(subscribers|offsets)$"), CONSUME, "path"),
+    (frozenset({"DELETE"}), re.compile(rf"{_GROUP}/subscribers/[^/]+$"), CONSUME, "path"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"{_GROUP}(/messages)?$"), CONSUME, "path"),
+    (frozenset({"POST"}), re.compile(rf"^/v1/subscribers/{_SID}/heartbeat$"), CONSUME, "subscriber"),
+    (frozenset({"GET", "HEAD"}), re.compile(rf"^/poll/{_SID}$"), CONSUME, "subscriber"),
+    (frozenset({"POST"}), re.compile(r"^/(sendmessage|advertise)$"), PUBLISH, "body"),
+    (frozenset({"POST"}), re.compile(r"^/subscribe$"), CONSUME, "body"),
+]
+
+
+def is_loopback(remote_addr: str | None) -> bool:
+    if not remote_addr:
+        return False
+    try:
+        address = ipaddress.ip_address(remote_addr.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _body_topic(request: Request) -> str | None:
+    try:
+        body = json.loads(request.get_data(cache=True) or b"null")
+    except ValueError:
+        return None
+    topic = body.get("topicName") if isinstance(body, dict) else None
+    return topic if isinstance(topic, str) else None
+
+
+class Authorizer:
+    """Decides each request. ``subscriber_topic`` maps a subscriber id to its topic (or None)."""
+
+    def __init__(self, tokens: TokenTable, cluster_token: str, *, allow_remote: bool,
+                 subscriber_topic: Callable[[str], str | None]) -> None:
+        self.tokens = tokens
+        self._cluster = hashlib.sha256(cluster_token.encode("utf-8")).digest() if cluster_token else None
+        self.allow_remote = allow_remote
+        self.subscriber_topic = subscriber_topic
+
+    @property
+    def loopback_only(self) -> bool:
+        return not self.tokens and not self.allow_remote
+
+    def need(self, request: Request) -> Need:
+        """The role and topic ``request`` needs; admin for anything not listed."""
+        path = request.path
+        for methods, pattern, role, source in _RULES:
+            match = pattern.match(path)
+            if match is None or request.method not in methods:
+                continue
+            topic: str | None = None
+            if source == "path":
+                topic = match.group("topic")
+            elif source == "body":
+                topic = _body_topic(request)
+            elif source == "subscriber":
+                topic = self.subscriber_topic(match.group("sid"))
+            return Need(role, topic)
+        return Need(ADMIN)
+
+    def _peer(self, request: Request) -> bool:
+        """Whether the request carries the cluster token; 401 if it carries a wrong one."""
+        presented = request.headers.get(CLUSTER_HEADER)
+        if presented is None:
+            return False
+        digest = hashlib.sha256(presented.encode("utf-8")).digest()
+        if self._cluster is None or not hmac.compare_digest(digest, self._cluster):
+            raise Unauthorized("the cluster token is wrong", code="unauthorized")
+        return True
+
+    def _grant(self, request: Request) -> Grant | None:
+        header = request.headers.get("Authorization")
+        if header is None:
+            return None
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not presented.strip():
+            raise Unauthorized("Authorization must be 'Bearer <token>'", code="unauthorized")
+        grant = self.tokens.lookup(presented.strip())
+        if grant is None:
+            raise Unauthorized("the token is not valid", code="unauthorized")
+        return grant
+
+    def check(self, request: Request) -> Grant | None:
+        """Raise Unauthorized or Forbidden unless ``request`` may proceed; returns the grant used."""
+        need = self.need(request)
+        peer = self._peer(request)
+        if not self.tokens:
+            if not peer and not self.allow_remote and not is_loopback(request.remote_addr):
+                raise Forbidden("this node has no tokens configured and serves only loopback clients; "
+                                "set TOYMB_TOKENS (or TOYMB_ALLOW_REMOTE)", code="forbidden",
+                                limit="loopback_only")
+            return ADMIN_GRANT
+        if need.role == OPEN:
+            return None
+        grant = self._grant(request)
+        if grant is None:
+            if peer:
+                return ADMIN_GRANT
+            raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>'", code="unauthorized")
+        if need.role == ANY:
+            allowed = grant.allows_any_role(need.topic)
+        else:
+            allowed = grant.allows(need.role, need.topic)
+        if not allowed:
+            raise Forbidden(_refusal(grant, need), code="forbidden", role=need.role, topic=need.topic)
+        return grant
+
+
+def _refusal(grant: Grant, need: Need) -> str:
+    role = "any role" if need.role == ANY else f"the {need.role} role"
+    if need.role == ANY or grant.has_role(need.role):
+        return f"{grant.name} has {role} but not on topic {need.topic!r}"
+    where = f" on topic {need.topic!r}" if need.topic is not None else ""
+    return f"{grant.name} lacks {role}{where}"
+
+
+def subscriber_topic_lookup(node: Any) -> Callable[[str], str | None]:
+    """Look a subscriber's topic up in the shared store (None when it does not exist)."""
+
+    def lookup(sid: str) -> str | None:
+        if len(sid) > 200:
+            return None
+        try:
+            with node.store.engine.connect() as conn:
+                row = conn.execute(select(subscribers.c.topic).where(subscribers.c.id == sid)).first()
+        except Exception:  # noqa: BLE001 - an unreachable store: the handler reports it
+            return None
+        return None if row is None else str(row[0])
+
+    return lookup
