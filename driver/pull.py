@@ -1,0 +1,196 @@
+"""``PullConsumer``: long-poll fetches for consumers that cannot accept inbound connections.
+
+    with PullConsumer("orders", "billing") as consumer:
+        for message in consumer:        # a message is committed once the loop body finished
+            handle(message)
+
+    PullConsumer("orders", "billing").run(handle)   # callback loop; stop() ends it
+
+Only handled messages are committed. A message counts as handled when its handler (or loop body)
+returned. After one fails, the rest of its partition is held back until the broker delivers the
+failed message again, so a later commit can never acknowledge it by accident.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+from .client import Template
+from .errors import ConfigurationError, NotFound, ToyMBError, TransportError, Unavailable
+from .membership import Membership
+from .message import Message
+from .subscribe import Subscription, check_name, derive_id
+
+log = logging.getLogger(__name__)
+
+
+class PullConsumer:
+    """Fetches ``topic`` for ``group`` and commits what was handled.
+
+    Parameters:
+        topic, group: what to consume.
+        template: the client; default ``Template()`` (``TOYMB_URLS``).
+        subscriber_id: a fixed id; default derived from the app name, topic and group, so a
+            restart keeps it.
+        app_name: the app part of a derived id.
+        start: where a new group begins, ``"latest"`` or ``"earliest"``.
+        max_messages: most messages per fetch.
+        wait_ms: how long one fetch waits for messages.
+        heartbeat_s: heartbeat period override.
+    """
+
+    def __init__(self, topic: str, group: str, *, template: Template | None = None,
+                 subscriber_id: str | None = None, app_name: str | None = None,
+                 start: Literal["latest", "earliest"] = "latest", max_messages: int = 100,
+                 wait_ms: int = 5000, heartbeat_s: float | None = None) -> None:
+        check_name(topic, "topic")
+        check_name(group, "group")
+        if not 1 <= max_messages <= 1000:
+            raise ConfigurationError("max_messages must be between 1 and 1000")
+        self.topic = topic
+        self.group = group
+        self.max_messages = max_messages
+        self.wait_ms = wait_ms
+        self._own_template = template is None
+        self.template = template or Template()
+        self.subscriber_id = check_name(subscriber_id, "subscriber id") if subscriber_id else \
+            derive_id("pull", topic, group, app_name=app_name)
+        sub = Subscription(topic=topic, group=group, target=PullConsumer, subscriber_id=self.subscriber_id,
+                           start=start)
+        self.membership = Membership(self.template, sub, self.subscriber_id, mode="pull",
+                                     heartbeat_s=heartbeat_s)
+        # Handled but not yet committed: partition -> highest handled offset.
+        self._pending: dict[int, int] = {}
+        # Partitions held back after a failure: partition -> offset that must come next.
+        self._expect: dict[int, int] = {}
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def committed_pending(self) -> dict[int, int]:
+        """Handled offsets not committed yet (committed before each fetch and on close)."""
+        with self._lock:
+            return dict(self._pending)
+
+    def start(self) -> PullConsumer:
+        """Register in the background (retrying while the broker is down)."""
+        self.membership.start()
+        return self
+
+    def stop(self) -> None:
+        """Make :meth:`run` or the iterator return after the current message."""
+        self._stopped.set()
+
+    def commit(self) -> None:
+        """Commit what has been handled so far."""
+        with self._lock:
+            offsets, self._pending = self._pending, {}
+        if not offsets:
+            return
+        try:
+            self.template.commit(self.topic, self.group, self.subscriber_id, offsets)
+        except ToyMBError:
+            with self._lock:
+                for partition, offset in offsets.items():
+                    self._pending[partition] = max(offset, self._pending.get(partition, -1))
+            raise
+
+    def _handled(self, message: Message) -> None:
+        with self._lock:
+            self._pending[message.partition] = max(message.offset, self._pending.get(message.partition, -1))
+
+    def _admit(self, message: Message) -> bool:
+        """Whether ``message`` may be handled now, keeping each partition in order after a failure."""
+        expected = self._expect.get(message.partition)
+        if expected is None:
+            return True
+        if message.offset == expected:
+            del self._expect[message.partition]
+            return True
+        return False
+
+    def _hold(self, unhandled: list[Message]) -> None:
+        for message in unhandled:
+            self._expect.setdefault(message.partition, message.offset)
+
+    def fetch(self) -> list[Message]:
+        """One long-poll fetch (after committing what was handled); empty when nothing came."""
+        if not self.membership.registered.is_set():
+            self.start()
+            self.membership.registered.wait(min(1.0, self.wait_ms / 1000) or 0.1)
+            return []
+        try:
+            self.commit()
+            return self.template.fetch(self.topic, self.group, self.subscriber_id,
+                                       max_messages=self.max_messages, wait_ms=self.wait_ms)
+        except NotFound:
+            self.membership.lost()
+        except (TransportError, Unavailable) as exc:
+            log.warning("toymb: fetch for %s failed: %s; retrying", self.subscriber_id, exc)
+            self._stopped.wait(random.uniform(0.2, 1.0))
+        return []
+
+    def __iter__(self) -> Iterator[Message]:
+        self._stopped.clear()
+        self.start()
+        while not self._stopped.is_set():
+            batch = [m for m in self.fetch() if self._admit(m)]
+            index = 0
+            try:
+                for index, message in enumerate(batch):  # noqa: B007 - index is read in finally
+                    yield message
+                    # Only reached when the loop body returned: the message was handled.
+                    self._handled(message)
+                    index += 1
+                    if self._stopped.is_set():
+                        break
+            finally:
+                self._hold(batch[index:])
+        self.commit()
+
+    def run(self, handler: Callable[[Message], object]) -> None:
+        """Call ``handler`` for each message until :meth:`stop`; commit what it handled.
+
+        A handler that raises leaves its message uncommitted; its partition waits for the
+        broker to deliver that message again, while other partitions go on.
+        """
+        self._stopped.clear()
+        self.start()
+        try:
+            while not self._stopped.is_set():
+                failed: list[Message] = []
+                for message in self.fetch():
+                    if not self._admit(message) or any(f.partition == message.partition for f in failed):
+                        continue
+                    try:
+                        handler(message)
+                    except Exception:  # noqa: BLE001 - a failing handler leaves the message uncommitted
+                        log.exception("toymb: handler failed on %s/%d@%d", message.topic, message.partition,
+                                      message.offset)
+                        failed.append(message)
+                        continue
+                    self._handled(message)
+                self._hold(failed)
+        finally:
+            self.commit()
+
+    def close(self, *, deregister: bool = True) -> None:
+        """Commit what was handled, then deregister (so partitions move now) and release the client."""
+        self._stopped.set()
+        try:
+            self.commit()
+        except ToyMBError as exc:
+            log.warning("toymb: final commit of %s failed: %s", self.subscriber_id, exc)
+        self.membership.stop(deregister=deregister)
+        if self._own_template:
+            self.template.close()
+
+    def __enter__(self) -> PullConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
