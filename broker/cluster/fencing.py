@@ -1,0 +1,107 @@
+"""The epoch fence: run inside every append transaction, before a row is written.
+
+``toymb_topics`` holds, per topic, the node that sequences it (``owner``) and the ``epoch`` it
+claimed it at. The appender calls :class:`Fence` inside its write transaction, which:
+
+1. locks the topic's row (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite has one writer anyway),
+   so appends to one topic from different nodes are serialised and each sees the last commit;
+2. refuses (503 ``not_owner``) unless this node owns the topic now, by rendezvous over a live
+   set loaded within its own lease;
+3. passes when the row still says ``owner = me, epoch = the epoch I claimed``;
+4. otherwise claims the topic with a compare-and-set ``UPDATE ... SET epoch = epoch + 1`` and
+   drops the writer's cached offsets, so the next offsets come from what the previous owner
+   committed.
+
+A former owner that was paused keeps a stale epoch: its own lease lapsed, so step 2 refuses it,
+and when it is live again it must claim a new epoch before writing. If someone else claimed a
+topic we still believe is ours, our view may be the stale one: we refuse and reload the live
+set before claiming it back, instead of stealing it back and forth.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select, text
+
+from ..errors import NotOwner
+from ..store.schema import topics
+
+if TYPE_CHECKING:
+    from .router import Router
+
+log = logging.getLogger(__name__)
+
+
+class Fence:
+    """The ``node.appender.fence`` hook of a clustered node."""
+
+    def __init__(self, router: Router, appender: Any, lease_ms: int) -> None:
+        self.router = router
+        self.appender = appender
+        self.lease_ms = lease_ms
+        self._lock = threading.Lock()
+        self._epochs: dict[str, int] = {}  # topic -> epoch this node claimed and still holds
+        self._conflicts: dict[str, int] = {}  # topic -> view generation when someone took it
+
+    def release(self, topics_: set[str]) -> None:
+        """Forget our claims on ``topics_`` (gained or lost in a new view): the next append re-claims."""
+        with self._lock:
+            for name in topics_:
+                self._epochs.pop(name, None)
+                self._conflicts.pop(name, None)
+
+    def epoch(self, topic: str) -> int | None:
+        with self._lock:
+            return self._epochs.get(topic)
+
+    def __call__(self, conn: Connection, topic: str) -> None:
+        if conn.dialect.name == "postgresql":
+            # A frozen node must not hold the topic's lock past its lease, or it would block the
+            # next owner: the server ends its idle transaction, and we stop waiting for one.
+            conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
+                              "set_config('idle_in_transaction_session_timeout', :t, true)"),
+                         {"t": f"{self.lease_ms}ms"})
+        row = conn.execute(select(topics.c.owner, topics.c.epoch).where(topics.c.name == topic)
+                           .with_for_update()).first()
+        if row is None:
+            return  # not created yet: the writer creates topics before appending, so nothing to fence
+        router = self.router
+        if not router.owns(topic):
+            raise NotOwner(f"this node does not own topic {topic!r} now; retry", owner=router.owner_of(topic))
+        me = router.me.name
+        epoch = int(row.epoch or 0)
+        with self._lock:
+            mine = self._epochs.get(topic)
+            if row.owner == me and epoch == mine:
+                return
+            generation = router.generation
+            if mine is not None:
+                # Someone claimed the topic after us while we still think it is ours: re-check the
+                # live set before claiming it back.
+                seen = self._conflicts.setdefault(topic, generation)
+                if generation <= seen:
+                    router.membership.wake()
+                    raise NotOwner(f"topic {topic!r} was claimed by {row.owner}; retry",
+                                   owner=row.owner or router.owner_of(topic))
+        claimed = conn.execute(topics.update().where(topics.c.name == topic, topics.c.epoch == row.epoch)
+                               .values(owner=me, epoch=epoch + 1))
+        if claimed.rowcount != 1:
+            raise NotOwner(f"topic {topic!r} changed hands concurrently; retry", owner=router.owner_of(topic))
+        self._drop_cached_offsets(topic)
+        with self._lock:
+            self._epochs[topic] = epoch + 1
+            self._conflicts.pop(topic, None)
+        router.note_claimed(topic)
+        log.info("%s claimed topic %s at epoch %d (was %s at %d)", me, topic, epoch + 1, row.owner, epoch)
+
+    def _drop_cached_offsets(self, topic: str) -> None:
+        # We run on the writer thread, before it assigns offsets for this very batch, so the cache
+        # must go now (Appender.forget only queues it for the next batch).
+        cache = getattr(self.appender, "_next", None)
+        if isinstance(cache, dict):
+            cache.pop(topic, None)
+        else:
+            self.appender.forget(topic)

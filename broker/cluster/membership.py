@@ -1,0 +1,225 @@
+"""Node registration, heartbeats and the live set, all in the shared database.
+
+Each node upserts its row in ``toymb_nodes`` (id = sha1 of its name, so a restart is the same
+node) and moves ``heartbeat_ms`` forward every ``settings.heartbeat_ms``. A node is live while its
+last heartbeat is within ``settings.node_lease_ms`` of *the database's* clock, so the nodes'
+own clocks never have to agree.
+
+A node also watches its own lease with a local monotonic clock: if it could not heartbeat for a
+lease period (a SIGSTOP, a GC pause, a lost database), it stops claiming to own anything until a
+fresh heartbeat is written and the live set is reloaded. That is what keeps a paused former owner
+from pushing; the epoch fence (``fencing.py``) keeps it from appending.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from sqlalchemy import Connection, select, text
+from sqlalchemy.exc import IntegrityError
+
+from ..store.schema import nodes
+from .ownership import Member
+
+log = logging.getLogger(__name__)
+
+MAX_NODES = 1000  # rows read per reload; far more than any cluster this broker is meant for
+
+_NOW_SQL = {
+    "postgresql": "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
+    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+}
+
+
+def db_now_ms(conn: Connection) -> int:
+    """The database server's clock in ms since the epoch (the one clock every node shares)."""
+    sql = _NOW_SQL.get(conn.dialect.name)
+    if sql is None:
+        return int(time.time() * 1000)
+    return int(conn.execute(text(sql)).scalar_one())
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    id: str
+    name: str
+    url: str
+    heartbeat_ms: int
+    started_ms: int
+    alive: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "url": self.url, "alive": self.alive,
+                "last_heartbeat": self.heartbeat_ms, "started": self.started_ms}
+
+
+@dataclass(frozen=True)
+class View:
+    """One reload of the node table: every registered node and the live members."""
+
+    rows: tuple[NodeRow, ...] = ()
+    live: tuple[Member, ...] = ()
+    urls: dict[str, str] = field(default_factory=dict)
+    db_now_ms: int = 0
+    generation: int = 0
+
+
+def peer_url(peer: str) -> str:
+    """ToyMB wrote peers as ``host:port``; accept that and full URLs."""
+    peer = peer.strip().rstrip("/")
+    return peer if "://" in peer else f"http://{peer}"
+
+
+class Membership:
+    """The background service that registers this node and keeps the live set fresh."""
+
+    def __init__(self, node: Any, on_view: Callable[[View, View, bool], None]) -> None:
+        self.node = node
+        self.settings = node.settings
+        self.engine = node.store.engine
+        self.me = Member(node.name, node.id)
+        self.interval = self.settings.heartbeat_ms / 1000.0
+        self.lease = self.settings.node_lease_ms / 1000.0
+        self.view = View()
+        self.ready = False
+        self.peer_status: dict[str, str] = {}
+        self._on_view = on_view
+        self._lease_deadline = 0.0  # monotonic time at which our own lease lapses
+        self._lapsed = True  # our lease lapsed since the view was loaded (or nothing loaded yet)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_ms = int(time.time() * 1000)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register and load the live set before the node serves, then heartbeat in the background."""
+        if self.settings.heartbeat_ms * 2 > self.settings.node_lease_ms:
+            log.warning("heartbeat_ms=%d is more than half of node_lease_ms=%d: nodes may flap",
+                        self.settings.heartbeat_ms, self.settings.node_lease_ms)
+        self.tick()
+        self.ready = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="toymb-membership", daemon=True)
+        self._thread.start()
+        if self.settings.peers:
+            threading.Thread(target=self._check_peers, name="toymb-peers", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop heartbeating and mark this node dead, so the others take over at once."""
+        self.ready = False
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._lease_deadline = 0.0
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(heartbeat_ms=0))
+        except Exception as exc:  # noqa: BLE001 - the lease expires by itself anyway
+            log.info("could not mark %s as stopped: %s", self.me.name, exc)
+
+    def wake(self) -> None:
+        """Reload the live set now instead of at the next heartbeat."""
+        self._wake.set()
+
+    def lease_fresh(self) -> bool:
+        """Whether our own lease is current and the view was loaded after it was renewed."""
+        return not self._lapsed and time.monotonic() < self._lease_deadline
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - keep heartbeating; the lease says the rest
+                log.warning("heartbeat of %s failed: %s", self.me.name, exc)
+
+    def tick(self) -> None:
+        """Write a heartbeat, then reload the live set."""
+        if time.monotonic() >= self._lease_deadline:
+            self._lapsed = True
+        started = time.monotonic()
+        self._beat()
+        # The lease counts from before the write: the database stamped it no earlier than this.
+        deadline = started + self.lease
+        view = self._load()
+        was_lapsed = self._lapsed
+        # A loaded view is only trusted when it was read inside the lease it follows.
+        if time.monotonic() >= deadline:
+            log.warning("%s: heartbeat and reload took longer than the lease", self.me.name)
+            return
+        previous, self.view = self.view, view
+        self._lease_deadline = deadline
+        self._lapsed = False
+        self._on_view(previous, view, was_lapsed)
+
+    def _beat(self) -> None:
+        with self.engine.begin() as conn:
+            now = db_now_ms(conn)
+            values = {"name": self.me.name, "url": self.node.url, "heartbeat_ms": now}
+            if conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values)).rowcount == 1:
+                return
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(nodes.insert().values(id=self.me.id, started_ms=self._started_ms, **values))
+            log.info("node %s registered as %s at %s", self.me.name, self.me.id, self.node.url)
+        except IntegrityError:  # registered concurrently (a second process with our name?)
+            with self.engine.begin() as conn:
+                conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values))
+
+    def _load(self) -> View:
+        lease_ms = self.settings.node_lease_ms
+        with self.engine.connect() as conn:
+            now = db_now_ms(conn)
+            result = conn.execute(select(nodes).order_by(nodes.c.heartbeat_ms.desc()).limit(MAX_NODES))
+            rows = tuple(NodeRow(r.id, r.name, r.url, int(r.heartbeat_ms), int(r.started_ms),
+                                 int(r.heartbeat_ms) >= now - lease_ms) for r in result)
+        live = tuple(sorted((Member(r.name, r.id) for r in rows if r.alive), key=lambda m: m.name))
+        if self.me not in live:  # we just heartbeat: only a clock oddity could hide us
+            live = tuple(sorted((*live, self.me), key=lambda m: m.name))
+        urls = {r.name: r.url for r in rows if r.alive}
+        urls[self.me.name] = self.node.url
+        return View(rows, live, urls, now, self.view.generation + 1)
+
+    # -- bootstrap peers --------------------------------------------------------------------------
+
+    def _check_peers(self) -> None:
+        """Check that each configured peer shares our database (it lists us in /v1/cluster).
+
+        Peers are optional when the database is shared; a peer that answers but does not know
+        us is a misconfiguration (two clusters), which is logged rather than guessed around.
+        """
+        pending = {peer_url(p) for p in self.settings.peers} - {self.node.url}
+        deadline = time.monotonic() + max(30.0, self.lease * 5)
+        while pending and not self._stop.is_set() and time.monotonic() < deadline:
+            for url in sorted(pending):
+                try:
+                    answer = requests.get(url + "/v1/cluster", timeout=2).json()
+                except (requests.RequestException, ValueError):
+                    self.peer_status[url] = "unreachable"
+                    continue
+                ids = {n.get("id") for n in answer.get("nodes", []) if isinstance(n, dict)}
+                if self.me.id in ids:
+                    self.peer_status[url] = "ok"
+                else:
+                    self.peer_status[url] = "other_cluster"
+                    log.error("peer %s does not list this node: the nodes must share one database "
+                              "(datasource.url / TOYMB_DATABASE_URL)", url)
+                pending.discard(url)
+            self._stop.wait(1.0)
+        for url in pending:
+            log.warning("peer %s did not answer at startup", url)

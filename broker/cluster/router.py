@@ -1,0 +1,145 @@
+"""``node.router``: who owns a topic, whether this node does, and forwarding to the owner."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from flask import Response
+from sqlalchemy import select
+
+from ..errors import NotOwner, Unavailable
+from ..store.schema import topics
+from . import ownership
+from .forward import Forwarder, is_forwarded
+from .ownership import Member
+
+if TYPE_CHECKING:
+    from .membership import Membership, View
+
+log = logging.getLogger(__name__)
+
+MAX_SCAN_TOPICS = 100_000  # topics read when recomputing what this node owns
+RESCAN_SECONDS = 5.0  # recount owned topics this often even when the live set is unchanged
+
+# Called with (gained, lost) topic names after a new live set changed what this node owns.
+OwnershipListener = Callable[[set[str], set[str]], None]
+
+
+class Router:
+    """Owner lookup by Levenshtein rendezvous over the live set, and one-hop forwarding."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.me = Member(node.name, node.id)
+        self.dlq_suffix: str = node.settings.dlq_suffix
+        self.forwarder = Forwarder(node.settings, node.metrics, node.name)
+        self.membership: Membership = None  # type: ignore[assignment]  # set by install()
+        self.listeners: list[OwnershipListener] = []
+        self.owned: frozenset[str] = frozenset()
+        self._known: frozenset[str] = frozenset()
+        self._last_scan = 0.0
+        self._scan_lock = threading.Lock()
+        self.fence: Any = None  # the Fence, set by install(); released on gains and losses
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self.membership.view.generation
+
+    def _owner_in(self, topic: str, view: View) -> Member | None:
+        return ownership.owner(ownership.ownership_key(topic, self.dlq_suffix), view.live)
+
+    def owner_member(self, topic: str) -> Member | None:
+        return self._owner_in(topic, self.membership.view)
+
+    def owner_of(self, topic: str) -> str:
+        """The name of the node that owns ``topic`` in this node's current view."""
+        member = self.owner_member(topic)
+        return self.me.name if member is None else member.name
+
+    def owns(self, topic: str) -> bool:
+        """Whether this node owns ``topic`` now: it is the owner in a view loaded within its lease."""
+        return self.membership.lease_fresh() and self.owner_member(topic) == self.me
+
+    def url_of(self, name: str) -> str | None:
+        return self.membership.view.urls.get(name)
+
+    # -- forwarding ---------------------------------------------------------------------------
+
+    def forward_if_remote(self, topic: str) -> None | tuple[Response, int]:
+        """None when this node should serve ``topic``; otherwise the owner's answer.
+
+        Raises:
+            NotOwner: the request was already forwarded once and this node is not the owner, or
+                this node's own lease lapsed (503, retryable, names the owner this node sees).
+            Unavailable: the owner cannot be reached (503, retryable).
+        """
+        if self.owns(topic):
+            return None
+        owner = self.owner_member(topic)
+        if is_forwarded() or owner is None or owner == self.me:
+            # Never a second hop; and a node whose lease lapsed must not serve nor guess.
+            raise NotOwner(f"node {self.me.name} does not own topic {topic!r}; retry",
+                           owner=owner.name if owner else None)
+        url = self.url_of(owner.name)
+        if url is None:
+            raise Unavailable(f"no address known for node {owner.name}; retry", code="owner_unavailable",
+                              owner=owner.name)
+        return self.forwarder.forward(owner.name, url)
+
+    def note_claimed(self, topic: str) -> None:
+        """Count a topic this node just claimed (created since the last scan) as owned."""
+        with self._scan_lock:
+            if topic not in self.owned:
+                self.owned = self.owned | {topic}
+                self._known = self._known | {topic}
+                self.node.metrics.owned_topics.set(len(self.owned))
+
+    # -- reacting to new views ----------------------------------------------------------------
+
+    def on_view(self, previous: View, view: View, was_lapsed: bool) -> None:
+        """Called by membership after each reload: recompute what we own when something changed."""
+        changed = previous.live != view.live or was_lapsed
+        if changed:
+            log.info("%s: live nodes %s%s", self.me.name, [m.name for m in view.live],
+                     " (after our own lease lapsed)" if was_lapsed and previous.generation else "")
+        if changed or time.monotonic() - self._last_scan >= RESCAN_SECONDS:
+            self.rescan(lost_everything=was_lapsed)
+
+    def rescan(self, *, lost_everything: bool = False) -> None:
+        """Recount owned topics; release claims, drop cached offsets and notify on gains/losses."""
+        with self._scan_lock:
+            self._last_scan = time.monotonic()
+            with self.node.store.engine.connect() as conn:
+                names = [r[0] for r in conn.execute(select(topics.c.name).order_by(topics.c.name)
+                                                    .limit(MAX_SCAN_TOPICS))]
+            owned = frozenset(t for t in names if self._owner_in(t, self.membership.view) == self.me)
+            before = frozenset() if lost_everything else self.owned
+            gained, lost = set(owned - before), set(before - owned)
+            known = self._known
+            self.owned, self._known = owned, frozenset(names)
+            metrics = self.node.metrics
+            metrics.owned_topics.set(len(owned))
+            if gained & known:
+                metrics.ownership_changes.labels("gained").inc(len(gained & known))
+            if lost:
+                metrics.ownership_changes.labels("lost").inc(len(lost))
+            changed = gained | lost
+            if not changed:
+                return
+            if self.fence is not None:
+                self.fence.release(changed)
+            for name in changed:
+                self.node.appender.forget(name)
+        if gained & known or lost:
+            log.info("%s: gained %d topics, lost %d", self.me.name, len(gained & known), len(lost))
+        for listener in list(self.listeners):
+            try:
+                listener(gained, lost)
+            except Exception:  # noqa: BLE001 - a listener must not stop membership
+                log.exception("ownership listener failed")
