@@ -76,5 +76,7 @@ def _installers() -> list[Any]:
             if exc.name != module_name:
                 raise
             continue
-        installers.append(module.install)
+        install = getattr(module, "install", None)
+        if install is not None:
+            installers.append(install)
     return installers

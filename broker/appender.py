@@ -164,7 +164,7 @@ class Appender:
                     log.exception("commit listener failed")
 
     def _assign(self, conn: Connection, batch: list[_Request]
-                ) -> tuple[dict[int, list[Stored]], list[dict[str, Any]], dict[tuple[str, int], int]]:
+                ) -> tuple[dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int]]:
         by_topic: dict[str, list[str]] = {}
         for request in batch:
             by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages)
@@ -175,7 +175,7 @@ class Appender:
             for msg_id, (p, o) in self.store.existing_ids(conn, name, ids).items():
                 known[(name, msg_id)] = Stored(msg_id, name, p, o, duplicate=True)
         ends: dict[tuple[str, int], int] = {}
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
         results: dict[int, list[Stored]] = {}
         for request in batch:
             name = request.topic.name

@@ -1,0 +1,35 @@
+"""``toymb bench``: run every benchmark and print the ratios."""
+
+from __future__ import annotations
+
+import importlib
+import traceback
+from pathlib import Path
+
+import click
+
+BENCHES = ("publish", "push", "journal", "cluster", "kafka_bridge", "jms_bridge")
+
+
+@click.command()
+@click.option("--quick", is_flag=True, help="shorter runs, for a smoke check")
+@click.option("--out", "out_dir", default="bench/out", type=click.Path(file_okay=False), help="JSON and PNG folder")
+@click.option("--only", multiple=True, type=click.Choice(BENCHES), help="run only these")
+def bench(quick: bool, out_dir: str, only: tuple[str, ...]) -> None:
+    """Benchmarks against the raw ceiling and peers, measured in the same run."""
+    out = Path(out_dir)
+    failed = []
+    for name in only or BENCHES:
+        try:
+            module = importlib.import_module(f"bench.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"bench.{name}":
+                continue
+            raise
+        try:
+            module.run(quick=quick, out_dir=out)
+        except Exception:  # noqa: BLE001 - one broken bench must not hide the others
+            traceback.print_exc()
+            failed.append(name)
+    if failed:
+        raise click.ClickException(f"benchmarks failed: {', '.join(failed)}")

@@ -1,0 +1,103 @@
+"""Peer systems measured in the same run: Kafka, ActiveMQ over STOMP, NATS JetStream.
+
+Each function publishes ``count`` durable messages of ``size`` bytes and returns messages per
+second, or None when the peer is not running (start them with ``services/all.sh start``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+
+KAFKA = os.environ.get("TOYMB_TEST_KAFKA", "127.0.0.1:9092")
+STOMP = os.environ.get("TOYMB_TEST_STOMP", "127.0.0.1:61613")
+NATS = os.environ.get("TOYMB_TEST_NATS", "nats://127.0.0.1:4222")
+
+
+def _up(address: str) -> bool:
+    host, _, port = address.rpartition("/")[-1].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def kafka_produce(count: int, size: int, partitions: int = 100) -> float | None:
+    """confluent-kafka producer, acks=all, idempotent: the bare-producer ceiling for Kafka."""
+    if not _up(KAFKA):
+        return None
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": KAFKA, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "compression.type": "none"})
+    payload = b"x" * size
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload, key=str(i).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 1000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    elapsed = time.perf_counter() - started
+    admin.delete_topics([topic])
+    return count / elapsed
+
+
+def stomp_send(count: int, size: int) -> float | None:
+    """Persistent sends to an ActiveMQ queue over one STOMP connection, with a receipt on the last."""
+    if not _up(STOMP):
+        return None
+    import stomp
+
+    host, port = STOMP.rsplit(":", 1)
+    conn = stomp.Connection([(host, int(port))])
+    listener = stomp.listener.WaitingListener("bench-done")
+    conn.set_listener("wait", listener)
+    conn.connect(wait=True)
+    queue = f"/queue/bench-{uuid.uuid4().hex[:8]}"
+    body = "x" * size
+    started = time.perf_counter()
+    for i in range(count):
+        headers = {"persistent": "true"}
+        if i == count - 1:
+            headers["receipt"] = "bench-done"
+        conn.send(queue, body, headers=headers)
+    listener.wait_on_receipt()
+    elapsed = time.perf_counter() - started
+    conn.disconnect()
+    return count / elapsed
+
+
+def nats_publish(count: int, size: int, window: int = 256) -> float | None:
+    """JetStream publishes awaiting their acks, ``window`` in flight at a time."""
+    if not _up(NATS):
+        return None
+    import nats
+
+    async def go() -> float:
+        nc = await nats.connect(NATS)
+        js = nc.jetstream()
+        stream = f"bench{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        payload = b"x" * size
+        started = time.perf_counter()
+        for start in range(0, count, window):
+            await asyncio.gather(*(js.publish(f"{stream}.m", payload) for _ in range(min(window, count - start))))
+        elapsed = time.perf_counter() - started
+        await js.delete_stream(stream)
+        await nc.close()
+        return count / elapsed
+
+    return asyncio.run(go())
