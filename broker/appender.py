@@ -167,7 +167,7 @@ class Appender:
                 ) -> tuple[dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int]]:
         by_topic: dict[str, list[str]] = {}
         for request in batch:
-            by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages)
+            by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages if m.given_id)
         known: dict[tuple[str, str], Stored] = {}
         for name, ids in by_topic.items():
             if name not in self._next:

@@ -47,6 +47,8 @@ class NewMessage:
     content_type: str
     body: bytes
     timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+    # False when the broker made the id up: such an id cannot already be stored, so no look-up.
+    given_id: bool = True
 
 
 def is_json_type(content_type: str) -> bool:
@@ -59,14 +61,24 @@ def is_text_type(content_type: str) -> bool:
     return base.startswith("text/") or base.endswith(("+xml", "/xml"))
 
 
-def _string(value: Any, what: str, max_len: int, *, allow_empty: bool = False) -> str:
+def _string(value: Any, what: str, max_len: int, *, allow_empty: bool = False, limit: str = "") -> str:
     if not isinstance(value, str):
         raise BadRequest(f"{what} must be a string, not {type(value).__name__}", code="bad_field", field=what)
     if not value and not allow_empty:
         raise BadRequest(f"{what} must not be empty", code="bad_field", field=what)
     if len(value) > max_len:
-        raise LimitExceeded(f"{what} is longer than {max_len} characters", limit=what, max=max_len)
+        # ``limit`` is the stable name of the setting-backed limit (header_value, not the header's name).
+        raise LimitExceeded(f"{what} is longer than {max_len} characters", limit=limit or what, max=max_len)
+    _utf8(value, what)
     return value
+
+
+def _utf8(value: str, what: str) -> bytes:
+    """``value`` as UTF-8; a lone surrogate (from a JSON ``\\udXXX`` escape) is a BadRequest."""
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{what} holds an unpaired UTF-16 surrogate", code="bad_field", field=what) from None
 
 
 def _headers(value: Any, limits: Limits) -> dict[str, str]:
@@ -77,8 +89,8 @@ def _headers(value: Any, limits: Limits) -> dict[str, str]:
     if len(value) > limits.max_headers:
         raise LimitExceeded(f"more than {limits.max_headers} headers", limit="headers", max=limits.max_headers)
     for name, text in value.items():
-        _string(name, "header name", limits.max_header_name)
-        _string(text, f"header {name!r}", limits.max_header_value, allow_empty=True)
+        _string(name, "header name", limits.max_header_name, limit="header_name")
+        _string(text, f"header {name!r}", limits.max_header_value, allow_empty=True, limit="header_value")
     return dict(value)
 
 
@@ -98,8 +110,12 @@ def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, s
         raise BadRequest("a message needs body or body_base64", code="bad_field", field="body")
     body = obj["body"]
     if content_type and not is_json_type(content_type) and isinstance(body, str):
-        return body.encode("utf-8"), content_type
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), content_type or JSON_TYPE
+        return _utf8(body, "body"), content_type
+    try:
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadRequest(f"body is not JSON: {type(exc).__name__}", code="bad_field", field="body") from None
+    return _utf8(text, "body"), content_type or JSON_TYPE
 
 
 def parse_message(obj: Any, limits: Limits) -> NewMessage:
@@ -115,7 +131,8 @@ def parse_message(obj: Any, limits: Limits) -> NewMessage:
     if unknown:
         raise BadRequest(f"unknown message fields: {', '.join(sorted(unknown))}", code="bad_message")
     msg_id = obj.get("id")
-    msg_id = uuid.uuid4().hex if msg_id is None else _string(msg_id, "id", limits.max_id)
+    given_id = msg_id is not None
+    msg_id = _string(msg_id, "id", limits.max_id) if given_id else uuid.uuid4().hex
     key = obj.get("key")
     key = None if key is None else _string(key, "key", limits.max_id, allow_empty=True)
     content_type = obj.get("content_type")
@@ -125,7 +142,7 @@ def parse_message(obj: Any, limits: Limits) -> NewMessage:
     if len(body) > limits.max_body:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limits.max_body}",
                               limit="body", max=limits.max_body)
-    message = NewMessage(msg_id, key, _headers(obj.get("headers"), limits), content_type, body)
+    message = NewMessage(msg_id, key, _headers(obj.get("headers"), limits), content_type, body, given_id=given_id)
     timestamp = obj.get("timestamp")
     if timestamp is not None:
         if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp < 1 << 53:

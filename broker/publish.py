@@ -18,7 +18,8 @@ _NAME = re.compile(NAME_PATTERN)
 
 def check_name(name: Any, what: str = "topic") -> str:
     """A topic or group name, or BadRequest saying what is allowed."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    # fullmatch: with match, "$" also accepts a trailing newline ("orders\n").
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise BadRequest(f"{what} name must match {NAME_PATTERN}", code=f"bad_{what}_name")
     return name
 
@@ -66,6 +67,7 @@ class Publisher:
                 raise Unprocessable(f"enricher returned an invalid message: {exc.message}",
                                     code="enricher_failed") from None
             enriched.timestamp = message.timestamp
+            enriched.given_id = message.given_id
             out.append(enriched)
         return out
 
