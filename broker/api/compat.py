@@ -41,7 +41,7 @@ def advertise() -> Response:
     body = json_object()
     topic = check_name(body.get("topicName"))
     partitions = body.get("partitions", node().settings.default_partitions)
-    if not isinstance(partitions, int) or isinstance(partitions, bool):
-        raise BadRequest("partitions must be an integer", code="bad_partitions")
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise BadRequest("partitions must be a positive integer", code="bad_partitions")
     node().topic(topic, create=True, partitions=partitions)
     return _text("ack")

@@ -37,8 +37,8 @@ def create_topic(name: str) -> tuple[Response, int]:
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}", code="bad_field")
     partitions = body.get("partitions", n.settings.default_partitions)
-    if not isinstance(partitions, int) or isinstance(partitions, bool):
-        raise BadRequest("partitions must be an integer", code="bad_partitions")
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise BadRequest("partitions must be a positive integer", code="bad_partitions")
     existed = n.store.get_topic(name) is not None
     topic = n.topic(name, create=True, partitions=partitions)
     if existed and topic.partitions != partitions:
