@@ -102,6 +102,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("push_batch", _pos, 100, (), "most messages in one push request"),
     Setting("push_fail_limit", _pos, 3, (), "dead-lettered messages in a row before a push subscriber loses its lease"),
     Setting("dlq_suffix", str, ".dlq", (), "suffix of the dead-letter topic"),
+    Setting("push_workers", _pos, 8, (), "push threads (each serves one subscriber at a time)"),
+    Setting("push_max_bytes", _pos, 4 << 20, (), "largest push request body in bytes (at least one message)"),
     Setting("subscriber_lease_ms", _pos, 15000, (), "a subscriber without heartbeat for this long is dropped"),
     Setting("redelivery_ms", _pos, 30000, (), "fetched but uncommitted messages come back after this"),
     Setting("max_wait_ms", _non_negative, 30000, (), "longest long-poll wait"),

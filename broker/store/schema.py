@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -67,6 +68,7 @@ subscribers = Table(
     Column("compat", Integer, nullable=False, default=0),
     Column("lease_until_ms", BigInteger, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
+    Index("ix_toymb_subscribers_group", "topic", "group_name"),
 )
 
 # Which live subscriber of a group holds each partition.

@@ -1,0 +1,163 @@
+"""HTTP API of consumer groups: subscribers, heartbeats, fetch, commit, group state."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from ..api import json_object, node
+from ..errors import BadRequest, Conflict, LimitExceeded
+from ..publish import check_name
+from ..store import Store
+from .push import check_http_url
+
+bp = Blueprint("delivery", __name__)
+
+SUBSCRIBER_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+_REGISTER_FIELDS = {"mode", "url", "id", "start"}
+
+
+def delivery() -> Any:
+    return node().extensions["delivery"]
+
+
+def check_subscriber_id(value: Any) -> str:
+    if not isinstance(value, str) or not SUBSCRIBER_ID.match(value):
+        raise BadRequest("subscriber id must match ^[A-Za-z0-9._:@-]{1,200}$", code="bad_subscriber_id")
+    return value
+
+
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", code="bad_parameter", parameter=name) from None
+    if value < low:
+        raise BadRequest(f"{name} must be at least {low}", code="bad_parameter", parameter=name)
+    if value > high:
+        raise LimitExceeded(f"{name} must be at most {high}", limit=name, max=high)
+    return value
+
+
+def _member(topic: str, group: str, sid: Any, mode: str) -> Any:
+    """The subscriber ``sid`` of this group, checked to be a ``mode`` subscriber."""
+    sub = delivery().subscriber(check_subscriber_id(sid))
+    if (sub.topic, sub.group) != (topic, group):
+        raise Conflict(f"subscriber {sub.id!r} is not in group {group!r} of topic {topic!r}",
+                       code="wrong_group")
+    if sub.mode != mode:
+        raise Conflict(f"subscriber {sub.id!r} is a {sub.mode} subscriber", code="wrong_mode")
+    return sub
+
+
+@bp.post("/v1/topics/<topic>/groups/<group>/subscribers")
+def register(topic: str, group: str) -> Any:
+    check_name(topic)
+    check_name(group, "group")
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
+    body = json_object()
+    unknown = set(body) - _REGISTER_FIELDS
+    if unknown:
+        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}", code="bad_field")
+    mode = body.get("mode")
+    if mode not in ("push", "pull"):
+        raise BadRequest('mode must be "push" or "pull"', code="bad_mode")
+    url = body.get("url")
+    if mode == "push":
+        url = check_http_url(url)
+        node().check_push_url(url)
+    elif url is not None:
+        raise BadRequest("a pull subscriber has no url", code="bad_url")
+    start = body.get("start", "latest")
+    if start not in ("latest", "earliest"):
+        raise BadRequest('start must be "latest" or "earliest"', code="bad_start")
+    sid = body.get("id")
+    sid = uuid.uuid4().hex if sid is None else check_subscriber_id(sid)
+    sub, partitions = delivery().register(topic, group, sid, mode=mode, url=url, start=start)
+    return jsonify(subscriber_id=sub.id, topic=topic, group=group, mode=sub.mode, partitions=partitions,
+                   lease_ms=node().settings.subscriber_lease_ms), 201
+
+
+@bp.delete("/v1/topics/<topic>/groups/<group>/subscribers/<sid>")
+def unregister(topic: str, group: str, sid: str) -> Any:
+    check_name(topic)
+    check_name(group, "group")
+    check_subscriber_id(sid)
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
+    delivery().unregister(topic, group, sid)
+    return jsonify(deleted=sid)
+
+
+@bp.post("/v1/subscribers/<sid>/heartbeat")
+def heartbeat(sid: str) -> Any:
+    d = delivery()
+    sub = d.subscriber(check_subscriber_id(sid))
+    fwd = node().forward_if_remote(sub.topic)
+    if fwd is not None:
+        return fwd
+    sub = d.touch(sub, always=True)
+    return jsonify(subscriber_id=sub.id, topic=sub.topic, group=sub.group,
+                   partitions=d.groups.partitions_of(sid), lease_ms=node().settings.subscriber_lease_ms)
+
+
+@bp.get("/v1/topics/<topic>/groups/<group>/messages")
+def fetch(topic: str, group: str) -> Any:
+    check_name(topic)
+    check_name(group, "group")
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
+    settings = node().settings
+    limit = _int_arg("max", min(100, settings.max_fetch), 1, settings.max_fetch)
+    wait_ms = _int_arg("wait_ms", 0, 0, settings.max_wait_ms)
+    d = delivery()
+    node().topic(topic)
+    sub = d.touch(_member(topic, group, request.args.get("subscriber"), "pull"))
+    rows = d.fetcher.fetch(topic, group, sub.id, limit, wait_ms)
+    return jsonify(messages=[Store.envelope(r) for r in rows])
+
+
+@bp.post("/v1/topics/<topic>/groups/<group>/offsets")
+def commit(topic: str, group: str) -> Any:
+    check_name(topic)
+    check_name(group, "group")
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
+    body = json_object()
+    unknown = set(body) - {"subscriber", "offsets"}
+    if unknown:
+        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}", code="bad_field")
+    partitions = node().topic(topic).partitions
+    raw = body.get("offsets")
+    if not isinstance(raw, dict):
+        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
+    offsets: dict[int, int] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < partitions):
+            raise BadRequest(f"{key!r} is not a partition of {topic!r}", code="bad_offsets")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
+        offsets[int(key)] = value
+    d = delivery()
+    sub = d.touch(_member(topic, group, body.get("subscriber"), "pull"))
+    acknowledged = d.fetcher.commit(topic, group, sub.id, offsets)
+    return jsonify(subscriber=sub.id, committed={str(p): o for p, o in sorted(offsets.items())},
+                   acknowledged=acknowledged)
+
+
+@bp.get("/v1/topics/<topic>/groups/<group>")
+def describe(topic: str, group: str) -> Response:
+    check_name(topic)
+    check_name(group, "group")
+    return jsonify(delivery().describe(topic, group))

@@ -1,0 +1,84 @@
+"""ToyMB-compatible consumption: ``POST /subscribe`` and ``GET /poll/{id}``, with ToyMB's own bodies.
+
+ToyMB's Java driver sends ``{id, topicName, groupName, type, ip, port, requestor}`` (null fields
+included) and expects the subscriber id as plain text. A ``push`` subscriber then receives
+``{topicName, forSubscriber, messageId, entity}`` at ``http://ip:port/receivemessage``, one message
+per request; any other type polls ``/poll/{id}`` for one body at a time as text.
+
+Unlike ToyMB, delivery is at least once: a push counts only when the receiver answers 2xx, and a
+poll acknowledges what the previous poll of the same subscriber returned.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from typing import Any
+
+from flask import Blueprint, Response
+
+from ..api import json_object, node
+from ..errors import BadRequest, Conflict
+from ..publish import check_name
+from .api import check_subscriber_id, delivery
+from .push import check_http_url, entity_text
+
+bp = Blueprint("delivery_compat", __name__)
+
+NO_MESSAGES = "No messages right now"
+
+
+def _text(value: str, status: int = 200) -> Response:
+    return Response(value, status=status, mimetype="text/plain")
+
+
+def receiver_url(ip: Any, port: Any) -> str:
+    """``http://ip:port/receivemessage``, the endpoint ToyMB's driver serves."""
+    if not isinstance(ip, str) or not ip or len(ip) > 253:
+        raise BadRequest("ip must be a host name or address", code="bad_field", field="ip")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise BadRequest("port must be a TCP port number", code="bad_field", field="port")
+    try:
+        host = f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
+    except ValueError:
+        host = ip
+    return check_http_url(f"http://{host}:{port}/receivemessage")
+
+
+@bp.post("/subscribe")
+def subscribe() -> Any:
+    body = json_object()
+    topic = check_name(body.get("topicName"))
+    group = check_name(body.get("groupName"), "group")
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
+    kind = body.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise BadRequest("type must be a string", code="bad_field", field="type")
+    mode = "push" if kind == "push" else "pull"  # ToyMB treats anything but "push" as pull
+    url = None
+    if mode == "push":
+        url = receiver_url(body.get("ip"), body.get("port"))
+        node().check_push_url(url)
+    sid = body.get("id")
+    sid = str(uuid.uuid4()) if sid is None else check_subscriber_id(sid)
+    sub, _ = delivery().register(topic, group, sid, mode=mode, url=url, compat=True)
+    return _text(sub.id)
+
+
+@bp.get("/poll/<sid>")
+def poll(sid: str) -> Any:
+    d = delivery()
+    sub = d.subscriber(check_subscriber_id(sid))
+    fwd = node().forward_if_remote(sub.topic)
+    if fwd is not None:
+        return fwd
+    if sub.mode != "pull":
+        raise Conflict(f"subscriber {sid!r} receives pushes; it cannot poll", code="wrong_mode")
+    sub = d.touch(sub)
+    d.fetcher.acknowledge_fetched(sub.topic, sub.group, sub.id)
+    rows = d.fetcher.fetch(sub.topic, sub.group, sub.id, 1, 0)
+    if not rows:
+        return _text(NO_MESSAGES)
+    return _text(entity_text(bytes(rows[0].body)))

@@ -1,0 +1,410 @@
+"""The push dispatcher: at least once, in order per (group, partition), on a bounded worker pool.
+
+Each (topic, group, partition) is a *lane*. A lane has at most one push in flight, and its next
+message is only pushed after the previous one was acknowledged (then its committed offset moves
+in SQL), so order per partition holds. One scheduler thread hands *rounds* to a fixed pool: a
+round takes the ready lanes of one push subscriber, reads their next messages and sends them in
+one request (ToyMB-compatible subscribers get one request per message). A subscriber has at
+most one round in flight, so the thread count never depends on partitions or groups.
+
+After a failed push, the lanes involved are *careful*: their head message is retried alone, with
+exponential backoff and jitter, so a poison message cannot drag its batch-mates to the
+dead-letter topic. After ``push_max_attempts`` it is dead-lettered and the lane moves on. A
+receiver that cannot be reached at all is not the message's fault: it is retried without
+using up attempts, and if it stays unreachable for a lease period, or dead-letters
+``push_fail_limit`` messages in a row, it loses its lease and its partitions move.
+
+Memory holds only a cache of SQL (positions, known ends): lanes are reloaded from the committed
+offsets whenever a topic becomes owned, a group rebalances, or every few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BrokerError
+from .deadletter import dead_letter
+from .groups import GroupStore, Subscriber
+from .push import Outcome, Pusher, backoff_s, batch_body, compat_body, envelope_json
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 2.0
+
+
+@dataclass
+class Lane:
+    position: int = 0          # next offset to push: the committed offset
+    end: int = 0               # a known lower bound of the partition's end offset
+    dirty: bool = True         # a commit touched the partition since it was last read
+    attempts: int = 0          # failed attempts of the message at `position`
+    not_before: float = 0.0    # monotonic time before which it is not retried
+    careful: bool = False      # after a failure, its head message is sent alone
+    busy: bool = False         # a push of this lane is in flight
+    holder: str | None = None  # the push subscriber it is assigned to
+
+
+@dataclass
+class Target:
+    sub: Subscriber
+    partitions: list[int] = field(default_factory=list)
+    busy: bool = False
+    not_before: float = 0.0    # while unreachable, the whole subscriber backs off
+    unreachable_since: float | None = None
+    unreachable_count: int = 0
+    dead_streak: int = 0
+
+
+@dataclass
+class GroupLanes:
+    topic: str
+    group: str
+    lanes: dict[int, Lane] = field(default_factory=dict)
+    targets: dict[str, Target] = field(default_factory=dict)
+
+
+class Dispatcher:
+    """A node service that pushes every owned topic's messages to its push subscribers."""
+
+    ready = True
+
+    def __init__(self, node: Node, groups: GroupStore) -> None:
+        self.node = node
+        self.groups = groups
+        s = node.settings
+        self.settings = s
+        self.pusher = Pusher(s.push_timeout_ms, s.push_workers)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state: dict[tuple[str, str], GroupLanes] = {}
+        self._stale: set[tuple[str, str]] = set()
+        self._refresh_at = 0.0
+
+    # -- service ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
+                                        thread_name_prefix="toymb-push")
+        self._thread = threading.Thread(target=self._run, name="toymb-dispatcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.pusher.close()
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def on_commit(self, topic: str, partitions: set[int]) -> None:
+        """Appender listener: new messages in ``partitions`` of ``topic``."""
+        with self._lock:
+            for (name, _), group in self._state.items():
+                if name == topic:
+                    for p in partitions:
+                        lane = group.lanes.get(p)
+                        if lane is not None:
+                            lane.dirty = True
+        self._wake.set()
+
+    def invalidate(self, topic: str, group: str) -> None:
+        """Reload a group from SQL now (its members or assignment changed)."""
+        with self._lock:
+            self._stale.add((topic, group))
+        self._wake.set()
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                now = time.monotonic()
+                if now >= self._refresh_at:
+                    self._refresh_at = now + REFRESH_S
+                    self._refresh_all()
+                else:
+                    with self._lock:
+                        stale, self._stale = self._stale, set()
+                    for topic, group in stale:
+                        self._reload(topic, group)
+                due = self._schedule(time.monotonic())
+            except Exception:  # noqa: BLE001 - the loop must survive a store hiccup
+                log.exception("dispatcher round failed")
+                due = time.monotonic() + 1.0
+            timeout = min(due, self._refresh_at) - time.monotonic()
+            self._wake.wait(max(0.001, timeout))
+            self._wake.clear()
+
+    def _refresh_all(self) -> None:
+        wanted = {pair for pair in self.groups.live_groups("push") if self.node.owns(pair[0])}
+        with self._lock:
+            for pair in list(self._state):
+                if pair not in wanted:
+                    del self._state[pair]  # rounds in flight keep their own references
+            self._stale -= wanted
+        for topic, group in sorted(wanted):
+            self._reload(topic, group)
+
+    def _reload(self, topic: str, group: str) -> None:
+        if not self.node.owns(topic):
+            with self._lock:
+                self._state.pop((topic, group), None)
+            return
+        try:
+            count = self.node.topic(topic).partitions
+        except BrokerError:
+            return
+        at = int(time.time() * 1000)
+        members = {m.id: m for m in self.groups.members(topic, group) if m.mode == "push" and m.live(at)}
+        assignment = self.groups.assignment(topic, group)
+        committed = self.groups.committed(topic, group)
+        ends = self.node.store.end_offsets(topic)
+        with self._lock:
+            if not members:
+                self._state.pop((topic, group), None)
+                return
+            state = self._state.setdefault((topic, group), GroupLanes(topic, group))
+            for p in range(count):
+                lane = state.lanes.setdefault(p, Lane())
+                holder = assignment.get(p)
+                lane.holder = holder if holder in members else None
+                if not lane.busy:
+                    position = committed.get(p, 0)
+                    if position != lane.position:
+                        lane.position, lane.attempts, lane.careful, lane.not_before = position, 0, False, 0.0
+                    lane.end = max(lane.end, ends.get(p, 0))
+            for sid in list(state.targets):
+                if sid not in members:
+                    del state.targets[sid]
+            for sid, member in members.items():
+                target = state.targets.setdefault(sid, Target(member))
+                target.sub = member
+                target.partitions = sorted(p for p, s in assignment.items() if s == sid)
+
+    def _ready(self, lane: Lane, sid: str, now: float) -> bool:
+        return (lane.holder == sid and not lane.busy and lane.not_before <= now
+                and (lane.dirty or lane.position < lane.end))
+
+    def _schedule(self, now: float) -> float:
+        """Start a round for every idle subscriber with ready lanes; returns when to look again."""
+        due = now + REFRESH_S
+        pool = self._pool
+        if pool is None:
+            return due
+        with self._lock:
+            for state in self._state.values():
+                for target in state.targets.values():
+                    if target.busy:
+                        continue
+                    if target.not_before > now:
+                        due = min(due, target.not_before)
+                        continue
+                    ready = False
+                    for p in target.partitions:
+                        lane = state.lanes.get(p)
+                        if lane is None or lane.holder != target.sub.id or lane.busy:
+                            continue
+                        if lane.dirty or lane.position < lane.end:
+                            if lane.not_before <= now:
+                                ready = True
+                                break
+                            due = min(due, lane.not_before)
+                    if ready:
+                        target.busy = True
+                        pool.submit(self._round, state, target)
+        return due
+
+    # -- one round ----------------------------------------------------------------------------
+
+    def _round(self, state: GroupLanes, target: Target) -> None:
+        taken: list[int] = []
+        try:
+            if self.node.owns(state.topic):
+                taken = self._take(state, target)
+                if taken:
+                    self._push(state, target, taken)
+        except Exception:  # noqa: BLE001 - a round must always release its lanes
+            log.exception("push round for %s/%s failed", state.topic, state.group)
+            with self._lock:
+                for p in taken:
+                    state.lanes[p].not_before = time.monotonic() + 1.0
+        finally:
+            with self._lock:
+                for p in taken:
+                    state.lanes[p].busy = False
+                target.busy = False
+            self._wake.set()
+
+    def _take(self, state: GroupLanes, target: Target) -> list[int]:
+        """Mark this round's lanes busy: the careful ones one at a time, the others together."""
+        now = time.monotonic()
+        sid = target.sub.id
+        with self._lock:
+            ready = [p for p in target.partitions
+                     if p in state.lanes and self._ready(state.lanes[p], sid, now)]
+            careful = [p for p in ready if state.lanes[p].careful]
+            taken = careful[:1] if careful else ready
+            for p in taken:
+                state.lanes[p].busy = True
+                state.lanes[p].dirty = False
+            return taken
+
+    def _push(self, state: GroupLanes, target: Target, taken: list[int]) -> None:
+        s = self.settings
+        with self._lock:
+            starts = {p: state.lanes[p].position for p in taken}
+            careful = len(taken) == 1 and state.lanes[taken[0]].careful
+        limit = 1 if careful else s.push_batch
+        read = self.groups.read(state.topic, starts, limit)
+        rows, envelopes = self._fit(read)
+        # Below the cap, the read took everything each partition had; otherwise look again.
+        more = len(read) >= limit or len(rows) < len(read)
+        got = {r.partition for r in rows}
+        with self._lock:
+            for p in taken:
+                if more:
+                    state.lanes[p].dirty = True
+                elif p not in got:  # nothing there after all: it is at its end
+                    state.lanes[p].end = state.lanes[p].position
+        if not rows:
+            return
+        sub = target.sub
+        acked: dict[int, int] = {}
+        failed: dict[int, tuple[Any, Outcome]] = {}
+        if sub.compat:
+            delivered = self._push_one_by_one(state, sub, rows, acked, failed)
+        else:
+            outcome = self.pusher.post(str(sub.url), batch_body(sub.id, state.topic, state.group, envelopes))
+            delivered = len(rows) if outcome.ok else 0
+            for r in rows:
+                if outcome.ok:
+                    acked[r.partition] = r.offset + 1
+                else:
+                    failed.setdefault(r.partition, (r, outcome))
+        if acked:
+            self._acked(state, target, acked, delivered)
+        if failed:
+            self._failed(state, target, failed)
+
+    def _fit(self, rows: list[Any]) -> tuple[list[Any], list[str]]:
+        """Keep a prefix of each partition within ``push_max_bytes`` (at least one message)."""
+        kept: list[Any] = []
+        envelopes: list[str] = []
+        size = 0
+        for row in rows:
+            text = envelope_json(row)
+            if kept and size + len(text) > self.settings.push_max_bytes:
+                break
+            kept.append(row)
+            envelopes.append(text)
+            size += len(text)
+        return kept, envelopes
+
+    def _push_one_by_one(self, state: GroupLanes, sub: Subscriber, rows: list[Any], acked: dict[int, int],
+                         failed: dict[int, tuple[Any, Outcome]]) -> int:
+        delivered = 0
+        for row in rows:
+            if row.partition in failed:
+                continue  # keep order: nothing after a failed message of the same partition
+            outcome = self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
+            if outcome.ok:
+                acked[row.partition] = row.offset + 1
+                delivered += 1
+            else:
+                failed[row.partition] = (row, outcome)
+                if outcome.unreachable:
+                    break
+        return delivered
+
+    def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int) -> None:
+        self.groups.commit(state.topic, state.group, acked)
+        self.node.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
+        with self._lock:
+            for p, nxt in acked.items():
+                lane = state.lanes[p]
+                lane.position = max(lane.position, nxt)
+                lane.end = max(lane.end, nxt)
+                lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
+            target.unreachable_since, target.unreachable_count, target.dead_streak = None, 0, 0
+            target.not_before = 0.0
+
+    def _failed(self, state: GroupLanes, target: Target, failed: dict[int, tuple[Any, Outcome]]) -> None:
+        s = self.settings
+        now = time.monotonic()
+        to_dead: list[tuple[int, Any, Outcome, int]] = []
+        revoke = False
+        with self._lock:
+            unreachable = any(o.unreachable for _, o in failed.values())
+            if unreachable:
+                target.unreachable_count += 1
+                if target.unreachable_since is None:
+                    target.unreachable_since = now
+                revoke = now - target.unreachable_since >= s.subscriber_lease_ms / 1000.0
+                target.not_before = now + backoff_s(target.unreachable_count, s.push_backoff_ms,
+                                                    s.push_backoff_max_ms)
+            for p, (row, outcome) in failed.items():
+                lane = state.lanes[p]
+                lane.careful = True
+                if outcome.unreachable:
+                    self.node.metrics.push_retries.labels(state.topic, state.group).inc()
+                    lane.not_before = now + backoff_s(target.unreachable_count, s.push_backoff_ms,
+                                                      s.push_backoff_max_ms)
+                    continue
+                lane.attempts += 1
+                if lane.attempts >= s.push_max_attempts:
+                    to_dead.append((p, row, outcome, lane.attempts))
+                else:
+                    self.node.metrics.push_retries.labels(state.topic, state.group).inc()
+                    lane.not_before = now + backoff_s(lane.attempts, s.push_backoff_ms, s.push_backoff_max_ms)
+        for p, row, outcome, attempts in to_dead:
+            try:
+                dead_letter(self.node, state.topic, state.group, target.sub.id, row, outcome.reason, attempts)
+                self.groups.commit(state.topic, state.group, {p: row.offset + 1})
+            except Exception as exc:  # noqa: BLE001 - retry the dead-lettering later, do not move on
+                log.warning("dead-lettering %s/%s offset %d failed: %s", state.topic, p, row.offset, exc)
+                with self._lock:
+                    state.lanes[p].not_before = time.monotonic() + backoff_s(
+                        state.lanes[p].attempts, s.push_backoff_ms, s.push_backoff_max_ms)
+                continue
+            self.node.metrics.dead_letters.labels(state.topic, state.group).inc()
+            log.warning("dead-lettered %s partition %d offset %d for group %s after %d attempts: %s",
+                        state.topic, p, row.offset, state.group, attempts, outcome.reason)
+            with self._lock:
+                lane = state.lanes[p]
+                lane.position = max(lane.position, row.offset + 1)
+                lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
+                target.dead_streak += 1
+                revoke = revoke or target.dead_streak >= s.push_fail_limit
+        if revoke:
+            self._revoke(state, target)
+
+    def _revoke(self, state: GroupLanes, target: Target) -> None:
+        """Take the lease of a subscriber that keeps failing, so its partitions move to the others."""
+        log.warning("push subscriber %s of %s/%s keeps failing: revoking its lease", target.sub.id,
+                    state.topic, state.group)
+        self.groups.revoke(target.sub.id)
+        try:
+            count = self.node.topic(state.topic).partitions
+        except BrokerError:
+            return
+        self.groups.rebalance(state.topic, count, state.group)
+        with self._lock:
+            target.unreachable_since, target.dead_streak = None, 0
+        self.invalidate(state.topic, state.group)
