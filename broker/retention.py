@@ -1,0 +1,138 @@
+"""Retention (opt-in with ``TOYMB_RETENTION_MS``): delete rows from SQL once nobody needs them there.
+
+A message row is deleted only when all three hold:
+
+(a) the Parquet journal has it: ``offset < toymb_journal_offsets.next_offset`` (written by the
+    journal job after the batch is committed in Parquet; no row there means nothing is journaled);
+(b) every group of the topic acknowledged it: ``offset < toymb_group_offsets.next_offset`` for each
+    group that has subscribers or committed offsets; a group without a committed offset for the
+    partition keeps the whole partition; a topic with no group at all counts as consumed;
+(c) it is older than the retention: ``timestamp < now - retention_ms``.
+
+The Parquet journal is the permanent log (``toymb journal replay`` restores from it). Deletes run
+in short transactions of at most ``retention_batch`` rows, so publishes are not held up, and each
+node only cleans the topics it owns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter
+from sqlalchemy import delete, func, select
+
+from .store.schema import group_offsets, journal_offsets, messages, subscribers
+
+if TYPE_CHECKING:
+    from .node import Node
+
+log = logging.getLogger(__name__)
+
+
+class Retention:
+    """A node service deleting journaled, acknowledged, expired rows in bounded batches."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.retention_ms: int = node.settings.retention_ms
+        self.interval = node.settings.retention_interval_ms / 1000
+        self.batch: int = node.settings.retention_batch
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            self.deleted = Counter("toymb_retention_deleted", "Message rows deleted by retention",
+                                   registry=node.metrics.registry)
+        except ValueError:  # already registered by broker.metrics
+            self.deleted = node.metrics.registry._names_to_collectors["toymb_retention_deleted_total"]
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="toymb-retention", daemon=True)
+            self._thread.start()
+            log.info("retention on: rows older than %d ms once journaled and acknowledged",
+                     self.retention_ms)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - try again next round (e.g. the store is down)
+                log.exception("retention round failed")
+
+    def run_once(self, now_ms: int | None = None) -> int:
+        """One pass over the topics this node owns; returns how many rows were deleted."""
+        cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - self.retention_ms
+        total = 0
+        for topic in self.node.store.list_topics():
+            if self._stop.is_set():
+                break
+            if not self.node.owns(topic.name):
+                continue
+            for partition, limit in self.limits(topic.name, topic.partitions).items():
+                total += self._delete(topic.name, partition, limit, cutoff)
+        if total:
+            self.deleted.inc(total)
+            log.info("retention deleted %d rows", total)
+        return total
+
+    def limits(self, topic: str, partition_count: int) -> dict[int, int]:
+        """Per partition, the first offset that must be kept because of (a) and (b)."""
+        engine = self.node.store.engine
+        with engine.connect() as conn:
+            journaled = {p: n for p, n in conn.execute(
+                select(journal_offsets.c.partition, journal_offsets.c.next_offset)
+                .where(journal_offsets.c.topic == topic))}
+            committed: dict[str, dict[int, int]] = {}
+            for group, p, n in conn.execute(
+                    select(group_offsets.c.group_name, group_offsets.c.partition, group_offsets.c.next_offset)
+                    .where(group_offsets.c.topic == topic)):
+                committed.setdefault(group, {})[p] = n
+            for (group,) in conn.execute(select(subscribers.c.group_name).distinct()
+                                         .where(subscribers.c.topic == topic)):
+                committed.setdefault(group, {})
+        limits = {}
+        for p in range(partition_count):
+            limit = journaled.get(p, 0)
+            for offsets in committed.values():
+                limit = min(limit, offsets.get(p, 0))
+            if limit > 0:
+                limits[p] = limit
+        return limits
+
+    def _delete(self, topic: str, partition: int, limit: int, cutoff: int) -> int:
+        engine = self.node.store.engine
+        where = (messages.c.topic == topic, messages.c.partition == partition)
+        with engine.connect() as conn:
+            low = conn.execute(select(func.min(messages.c.offset)).where(*where)).scalar()
+        if low is None:
+            return 0
+        deleted = 0
+        while low < limit and not self._stop.is_set():
+            high = min(limit, low + self.batch)
+            with engine.begin() as conn:
+                count = conn.execute(delete(messages).where(
+                    *where, messages.c.offset >= low, messages.c.offset < high,
+                    messages.c.timestamp < cutoff)).rowcount
+            deleted += int(count or 0)
+            if count < high - low:
+                break  # reached rows still too young (the rest is younger still, mostly)
+            low = high
+        return deleted
+
+
+def install(app: Any, node: Node) -> None:
+    """Add the retention service to ``node`` when ``retention_ms`` is set."""
+    if node.settings.retention_ms > 0:
+        retention = Retention(node)
+        node.services.append(retention)
+        node.extensions["retention"] = retention

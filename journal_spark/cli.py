@@ -1,0 +1,77 @@
+"""``toymb journal run`` and ``toymb journal replay`` (added to ``toymb`` by broker/cli.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import click
+
+from broker.cli import load_settings, setup_logging
+
+from .errors import JournalError
+
+
+@click.group()
+def journal() -> None:
+    """The Spark journal: Parquet log of every message, and replay from it."""
+
+
+@journal.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="properties file")
+@click.option("--database-url", help="SQLAlchemy URL of the store [TOYMB_DATABASE_URL]")
+@click.option("--data-dir", help="folder of the SQLite store, and default journal home [TOYMB_DATA_DIR]")
+@click.option("--routes", help="routes properties file for bridges [TOYMB_ROUTES]")
+@click.option("--journal-dir", help="Parquet journal folder [TOYMB_JOURNAL_DIR]")
+@click.option("--checkpoint-dir", help="Spark checkpoint folder [TOYMB_CHECKPOINT_DIR]")
+@click.option("--master", "spark_master",
+              help="Spark master, local[*] or spark://host:7077 [TOYMB_SPARK_MASTER]")
+@click.option("--max-rows", "journal_max_rows", type=int,
+              help="most rows per micro-batch [TOYMB_JOURNAL_MAX_ROWS]")
+@click.option("--trigger-ms", "journal_trigger_ms", type=int,
+              help="micro-batch interval [TOYMB_JOURNAL_TRIGGER_MS]")
+@click.option("--metrics-port", "journal_metrics_port", type=int,
+              help="port of /metrics, 0 for none [TOYMB_JOURNAL_METRICS_PORT]")
+@click.option("--once", is_flag=True, help="journal what is in the store now, then stop")
+def run(config_file: str | None, once: bool, **flags: Any) -> None:
+    """Journal the store's messages to Parquet (and bridge them, with --routes) until stopped."""
+    settings = load_settings(config_file, **flags)
+    setup_logging(settings.log_level)
+    from .job import run as run_job
+
+    try:
+        run_job(settings, once=once)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@journal.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="properties file")
+@click.option("--data-dir", help="default journal home is <data-dir>/journal [TOYMB_DATA_DIR]")
+@click.option("--journal-dir", help="Parquet journal folder [TOYMB_JOURNAL_DIR]")
+@click.option("--topic", required=True, help="journaled topic to replay")
+@click.option("--to-topic", help="topic to publish into (default: the same name)")
+@click.option("--from-ts", type=int, help="first timestamp, ms since the epoch (inclusive)")
+@click.option("--to-ts", type=int, help="last timestamp, ms since the epoch (exclusive)")
+@click.option("--to-url", required=True, help="broker URL to publish to, e.g. http://127.0.0.1:8080")
+@click.option("--batch", type=click.IntRange(1, 1000), default=500, show_default=True,
+              help="messages per POST")
+@click.option("--token", envvar="TOYMB_TOKEN", help="bearer token [TOYMB_TOKEN]")
+def replay(config_file: str | None, topic: str, to_topic: str | None, from_ts: int | None, to_ts: int | None,
+           to_url: str, batch: int, token: str | None, **flags: Any) -> None:
+    """Republish a topic's journaled messages (original ids, so repeats are harmless)."""
+    settings = load_settings(config_file, **flags)
+    setup_logging(settings.log_level)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    from .replay import replay as run_replay
+
+    if from_ts is not None and to_ts is not None and from_ts >= to_ts:
+        raise click.BadParameter("--from-ts must be before --to-ts")
+    try:
+        result = run_replay(settings.effective_journal_dir, topic, to_url, to_topic=to_topic, from_ts=from_ts,
+                            to_ts=to_ts, batch=batch, token=token or os.environ.get("TOYMB_TOKEN"))
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"replayed {result.read} messages of {topic}: {result.stored} stored, "
+               f"{result.duplicates} already there")

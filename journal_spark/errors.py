@@ -1,0 +1,19 @@
+"""The journal package's exception tree (one root, so callers can catch everything it raises)."""
+
+from __future__ import annotations
+
+
+class JournalError(Exception):
+    """Root of the errors the journal job and replay raise on purpose."""
+
+
+class JavaMissing(JournalError):
+    """Spark needs a Java runtime and none was found."""
+
+
+class JournalFailed(JournalError):
+    """A streaming query stopped with an error."""
+
+
+class ReplayError(JournalError):
+    """The journal could not be read or the target broker refused the messages."""

@@ -1,0 +1,253 @@
+"""A PySpark streaming data source over the broker's SQL store (format ``toymb``).
+
+Offsets are JSON ``{"<topic>": [next offset of partition 0, of partition 1, ...]}``: one past the
+last row a micro-batch covers, per topic-partition. Offsets in the store are dense and only
+committed rows are counted in ``toymb_partitions``, so an offset range names exactly the rows it
+covers, and reading it again (after a crash) yields the same rows.
+
+Options (all strings, as Spark passes them):
+    url          SQLAlchemy URL of the store (required)
+    max_rows     most rows in one micro-batch (default 20000)
+    start        where a new checkpoint starts: ``journaled`` (toymb_journal_offsets, default),
+                 ``earliest`` or ``latest``
+    topics       comma-separated topics to read (default: all)
+    parallelism  most Spark tasks per micro-batch (default 2)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+from sqlalchemy import Engine, select
+
+from broker.store.schema import journal_offsets, messages, partitions
+from broker.store.sql import open_engine
+
+from .schema import ARROW_SCHEMA, SPARK_SCHEMA
+
+Offsets = dict[str, list[int]]
+# One contiguous run of offsets: (topic, partition, from offset, to offset exclusive).
+Range = tuple[str, int, int, int]
+
+FORMAT = "toymb"
+PAGE_ROWS = 5000          # rows fetched by one SQL query and sent as one Arrow batch
+MIN_TASK_ROWS = 5000      # a micro-batch smaller than this is one Spark task
+
+
+class RangesPartition(InputPartition):
+    """The offset ranges one Spark task reads."""
+
+    def __init__(self, ranges: list[Range]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
+
+
+def read_end_offsets(engine: Engine, topics: frozenset[str] | None = None) -> Offsets:
+    """Next offset to be written, per topic-partition, as source offsets."""
+    query = select(partitions.c.topic, partitions.c.partition, partitions.c.next_offset)
+    found: dict[str, dict[int, int]] = {}
+    with engine.connect() as conn:
+        for topic, partition, nxt in conn.execute(query):
+            if topics is None or topic in topics:
+                found.setdefault(topic, {})[int(partition)] = int(nxt)
+    return {t: [parts.get(p, 0) for p in range(max(parts) + 1)] for t, parts in sorted(found.items())}
+
+
+def read_journaled_offsets(engine: Engine) -> dict[tuple[str, int], int]:
+    query = select(journal_offsets.c.topic, journal_offsets.c.partition, journal_offsets.c.next_offset)
+    with engine.connect() as conn:
+        return {(t, int(p)): int(n) for t, p, n in conn.execute(query)}
+
+
+def advance(start: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
+    """The offsets after ``start`` that cover at most ``max_rows`` rows of ``ends``, shared fairly.
+
+    Partitions with the smallest backlog are served first and the rest split what is left, so
+    every partition progresses and the result is a pure function of its inputs (a replayed
+    plan is the same plan). Offsets never move backwards, even if the store was reset.
+    """
+    backlog: list[tuple[int, str, int]] = []
+    for topic, topic_ends in ends.items():
+        begun = start.get(topic, [])
+        for p, end in enumerate(topic_ends):
+            lo = begun[p] if p < len(begun) else 0
+            if end > lo:
+                backlog.append((end - lo, topic, p))
+    result: Offsets = {}
+    for topic in sorted(set(start) | set(ends)):
+        begun, topic_ends = start.get(topic, []), ends.get(topic, [])
+        width = max(len(begun), len(topic_ends))
+        result[topic] = [begun[p] if p < len(begun) else 0 for p in range(width)]
+    total = sum(b for b, _, _ in backlog)
+    if max_rows is None or total <= max_rows:
+        grants = {(t, p): b for b, t, p in backlog}
+    else:
+        grants, remaining = {}, max_rows
+        backlog.sort()
+        for i, (b, t, p) in enumerate(backlog):
+            take = min(b, remaining // (len(backlog) - i))
+            grants[(t, p)] = take
+            remaining -= take
+    for (topic, p), take in grants.items():
+        result[topic][p] += take
+    return result
+
+
+def plan_ranges(start: Offsets, end: Offsets, tasks: int) -> list[list[Range]]:
+    """Split the rows between two offsets into at most ``tasks`` groups of about equal size."""
+    ranges: list[Range] = []
+    for topic, topic_ends in end.items():
+        begun = start.get(topic, [])
+        for p, hi in enumerate(topic_ends):
+            lo = begun[p] if p < len(begun) else 0
+            if hi > lo:
+                ranges.append((topic, p, lo, hi))
+    total = sum(hi - lo for _, _, lo, hi in ranges)
+    if total == 0:
+        return []
+    count = max(1, min(tasks, math.ceil(total / MIN_TASK_ROWS)))
+    per_task = math.ceil(total / count)
+    groups: list[list[Range]] = [[]]
+    filled = 0
+    for topic, p, lo, hi in ranges:
+        while lo < hi:
+            if filled >= per_task:
+                groups.append([])
+                filled = 0
+            take = min(hi - lo, per_task - filled)
+            groups[-1].append((topic, p, lo, lo + take))
+            filled += take
+            lo += take
+    return groups
+
+
+def read_ranges(engine: Engine, ranges: Sequence[Range],
+                page_rows: int = PAGE_ROWS) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the messages in ``ranges``, one SQL query per page of at most ``page_rows``."""
+    cols = messages.c
+    columns = (cols.id, cols.topic, cols.partition, cols.offset, cols.key, cols.headers, cols.timestamp,
+               cols.content_type, cols.body)
+    with engine.connect() as conn:
+        for topic, partition, lo, hi in ranges:
+            cursor = lo
+            while cursor < hi:
+                upper = min(hi, cursor + page_rows)
+                query = (select(*columns)
+                         .where(cols.topic == topic, cols.partition == partition,
+                                cols.offset >= cursor, cols.offset < upper)
+                         .order_by(cols.offset))
+                rows = conn.execute(query).all()
+                cursor = upper
+                if rows:
+                    yield _to_arrow(rows)
+
+
+def _to_arrow(rows: Sequence[Any]) -> pa.RecordBatch:
+    columns = (list(c) for c in zip(*rows, strict=True))
+    ids, topics, parts, offsets, keys, headers, stamps, types, bodies = columns
+    header_items = [list(json.loads(h).items()) if h and h != "{}" else [] for h in headers]
+    return pa.RecordBatch.from_arrays([
+        pa.array(ids, pa.string()), pa.array(topics, pa.string()), pa.array(parts, pa.int32()),
+        pa.array(offsets, pa.int64()), pa.array(keys, pa.string()),
+        pa.array(header_items, ARROW_SCHEMA.field("headers").type), pa.array(stamps, pa.int64()),
+        pa.array(types, pa.string()), pa.array([bytes(b) for b in bodies], pa.binary()),
+    ], schema=ARROW_SCHEMA)
+
+
+class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches from the store's end offsets; reads them range by range."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.url = options["url"]
+        self.max_rows = int(options.get("max_rows", "20000"))
+        self.start_mode = options.get("start", "journaled")
+        listed = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        self.topics = frozenset(listed) if listed else None
+        self.parallelism = max(1, int(options.get("parallelism", "2")))
+        self._engine: Engine | None = None
+        self._target: Offsets | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = open_engine(self.url, pooled=False)
+        return self._engine
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self.start_mode == "latest":
+            return read_end_offsets(self.engine, self.topics)
+        if self.start_mode == "earliest":
+            return {}
+        offsets: Offsets = {}
+        for (topic, p), nxt in sorted(read_journaled_offsets(self.engine).items()):
+            if self.topics is not None and topic not in self.topics:
+                continue
+            row = offsets.setdefault(topic, [])
+            row.extend([0] * (p + 1 - len(row)))
+            row[p] = nxt
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        ends = self._target if self._target is not None else read_end_offsets(self.engine, self.topics)
+        if isinstance(limit, ReadMaxRows):
+            bound: int | None = limit.max_rows
+        elif isinstance(limit, ReadAllAvailable) and self._target is None:
+            bound = None
+        else:
+            # availableNow asks for everything; we still cut it into bounded batches.
+            bound = self.max_rows
+        return advance(start, ends, bound)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return read_end_offsets(self.engine, self.topics)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = read_end_offsets(self.engine, self.topics)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return [RangesPartition(group) for group in plan_ranges(start, end, self.parallelism)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangesPartition)
+        engine = open_engine(self.url, pooled=False)
+        try:
+            yield from read_ranges(engine, partition.ranges)
+        finally:
+            engine.dispose()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: sinks record what they made durable themselves."""
+
+    def stop(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+
+class StoreDataSource(DataSource):
+    """``spark.readStream.format("toymb").option("url", ...).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StoreStreamReader(dict(self.options))

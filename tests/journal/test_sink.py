@@ -1,0 +1,154 @@
+"""The store source and the Parquet sink in one shared SparkSession: bounds, ordering, idempotence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.store.sql import open_engine
+from journal_spark import parquet as parquet_module
+from journal_spark.errors import JavaMissing
+from journal_spark.job import check_java
+from journal_spark.parquet import ParquetSink, journaled_offsets
+from journal_spark.source import advance, plan_ranges, read_end_offsets, read_ranges
+from tests.journal.conftest import assert_journal_matches, fill_store, journal_rows
+
+
+def test_advance_bounds_rows_and_serves_every_partition() -> None:
+    ends = {"a": [100, 0, 5], "b": [1000]}
+    first = advance({}, ends, 60)
+    assert sum(first["a"]) + sum(first["b"]) == 60
+    assert first["a"][2] == 5 and first["a"][1] == 0   # small backlogs are served whole
+    assert first["a"][0] > 0 and first["b"][0] > 0     # and the big ones both progress
+    position: dict[str, list[int]] = {}
+    steps = 0
+    while position != ends:
+        nxt = advance(position, ends, 60)
+        moved = sum(n - position.get(t, [0] * len(parts))[p] for t, parts in nxt.items()
+                    for p, n in enumerate(parts))
+        assert 0 < moved <= 60
+        position, steps = nxt, steps + 1
+    assert steps == -(-1105 // 60)
+    # Never backwards, even when the store was reset under a checkpoint.
+    assert advance({"a": [50]}, {"a": [10]}, 60) == {"a": [50]}
+
+
+def test_plan_ranges_cover_exactly_once() -> None:
+    start, end = {"a": [3, 0]}, {"a": [20003, 7], "b": [12000]}
+    groups = plan_ranges(start, end, 4)
+    assert 1 < len(groups) <= 4
+    covered = sorted((t, p, o) for g in groups for t, p, lo, hi in g for o in range(lo, hi))
+    expected = sorted([("a", 0, o) for o in range(3, 20003)] + [("a", 1, o) for o in range(7)]
+                      + [("b", 0, o) for o in range(12000)])
+    assert covered == expected
+
+
+def test_a_clear_error_without_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nope"))
+    with pytest.raises(JavaMissing, match="JAVA_HOME"):
+        check_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(JavaMissing, match="java"):
+        check_java()
+
+
+def _stream(spark: Any, url: str, checkpoint: Path, max_rows: int, handler: Any) -> None:
+    query = (spark.readStream.format("toymb").option("url", url).option("max_rows", str(max_rows))
+             .option("start", "earliest").load()
+             .writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(handler)
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive, "the availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+
+
+def test_micro_batches_are_bounded_and_complete(spark: Any, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (4, 1700), "audit": (1, 300)})
+    seen: list[tuple[int, list[tuple[str, int, int]]]] = []
+
+    def handler(df: Any, batch_id: int) -> None:
+        seen.append((batch_id, [(r.topic, r.partition, r.offset) for r in df.select("topic", "partition",
+                                                                                   "offset").collect()]))
+
+    _stream(spark, url, tmp_path / "ck", 700, handler)
+    assert all(0 < len(rows) <= 700 for _, rows in seen), [len(r) for _, r in seen]
+    coordinates = [c for _, rows in seen for c in rows]
+    assert len(coordinates) == 2000 == len(set(coordinates))
+    # Each partition is read in offset order across batches.
+    last: dict[tuple[str, int], int] = {}
+    for topic, partition, offset in coordinates:
+        assert offset > last.get((topic, partition), -1)
+        last[(topic, partition)] = offset
+    assert read_end_offsets(store.engine) == {"audit": [300], "orders": [sum(1 for t, p, _ in coordinates
+                                                                            if t == "orders" and p == q)
+                                                                        for q in range(4)]}
+
+
+def _batch_frame(spark: Any, url: str) -> Any:
+    import pyarrow as pa
+
+    engine = open_engine(url, pooled=False)
+    ends = read_end_offsets(engine)
+    ranges = [(t, p, 0, n) for t, parts in ends.items() for p, n in enumerate(parts) if n]
+    table = pa.Table.from_batches(list(read_ranges(engine, ranges, page_rows=400)))
+    engine.dispose()
+    return spark.createDataFrame(table)
+
+
+def _listing(journal: Path) -> dict[str, int]:
+    return {str(p.relative_to(journal)): p.stat().st_mtime_ns for p in journal.rglob("*.parquet")}
+
+
+def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (3, 1200), "audit": (2, 300)})
+    frame = _batch_frame(spark, url)
+    journal = tmp_path / "journal"
+    sink = ParquetSink(journal, tmp_path / "ck" / "parquet.sink", store.engine)
+    sink.write_batch(frame, 0)
+    first = _listing(journal)
+    assert first and all(name.startswith(("topic=orders/date=", "topic=audit/date=")) for name in first)
+    # Spark re-runs batch 0 after a crash that hit after our commit: nothing changes on disk.
+    ParquetSink(journal, tmp_path / "ck" / "parquet.sink", store.engine).write_batch(frame, 0)
+    assert _listing(journal) == first
+    assert_journal_matches(journal, store)
+    ends = read_end_offsets(store.engine)
+    assert journaled_offsets(store.engine) == {(t, p): n for t, parts in ends.items()
+                                               for p, n in enumerate(parts) if n}
+
+
+def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (3, 900), "audit": (2, 300), "logs": (1, 120)})
+    frame = _batch_frame(spark, url)
+    journal, state = tmp_path / "journal", tmp_path / "ck" / "parquet.sink"
+    real_replace = parquet_module.os.replace
+    moved: list[str] = []
+
+    def crash_after_two_moves(src: Any, dst: Any) -> None:
+        if str(dst).endswith(".parquet") and len(moved) == 2:
+            raise KeyboardInterrupt("simulated crash in the middle of the renames")
+        real_replace(src, dst)
+        moved.append(str(dst))
+
+    monkeypatch.setattr(parquet_module.os, "replace", crash_after_two_moves)
+    with pytest.raises(KeyboardInterrupt):
+        ParquetSink(journal, state, store.engine).write_batch(frame, 5)
+    monkeypatch.setattr(parquet_module.os, "replace", real_replace)
+    partial = journal_rows(journal)
+    assert 0 < len(partial) < 1320, "the crash should leave a partly published batch"
+    assert list((state / "pending").glob("*.json")) and not list((state / "commits").glob("*.json"))
+    assert journaled_offsets(store.engine) == {}, "offsets are recorded only after the commit"
+
+    ParquetSink(journal, state, store.engine).write_batch(frame, 5)   # Spark's re-run of batch 5
+    assert_journal_matches(journal, store)
+    assert not list((state / "pending").glob("*.json"))
+    manifest = json.loads(next((state / "commits").glob("*.json")).read_text())
+    assert manifest["rows"] == 1320
+    assert not any((journal / "_staging").iterdir())
