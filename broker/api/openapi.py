@@ -65,9 +65,13 @@ def _name_param(name: str, description: str) -> dict[str, Any]:
             "schema": _ref("Name")}
 
 
+NONNEG = {"type": "integer", "minimum": 0}
+SID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9._:@-]+$"}
+
+
 def _sid_param(name: str = "sid") -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "description": "subscriber id",
-            "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9._:-]+$"}}
+            "schema": SID_SCHEMA}
 
 
 def _body(schema: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
@@ -122,34 +126,48 @@ def schemas(s: Any) -> dict[str, Any]:
         "Subscription": _obj({
             "mode": {"type": "string", "enum": ["push", "pull"]},
             "url": {"type": "string", "description": "push only: http(s) URL allowed by push_allow"},
-            "id": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9._:-]+$"},
+            "id": SID_SCHEMA,
             "start": {"type": "string", "enum": ["latest", "earliest"]},
         }, ("mode",), closed=True),
-        "Subscribed": _obj({"subscriber_id": {"type": "string"},
-                            "partitions": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
+        "Subscribed": _obj({"subscriber_id": SID_SCHEMA, "topic": _ref("Name"), "group": _ref("Name"),
+                            "mode": {"type": "string", "enum": ["push", "pull"]},
+                            "partitions": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                            "lease_ms": {"type": "integer", "minimum": 1}},
                            ("subscriber_id", "partitions")),
+        "Heartbeat": _obj({"subscriber_id": SID_SCHEMA, "topic": _ref("Name"), "group": _ref("Name"),
+                           "partitions": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                           "lease_ms": {"type": "integer", "minimum": 1}}, ("subscriber_id", "partitions")),
+        "Committed": _obj({"subscriber": SID_SCHEMA, "committed": offsets_map,
+                           "acknowledged": {"type": "integer", "minimum": 0}}, ("subscriber", "committed")),
         "Fetched": _obj({"messages": {"type": "array", "items": _ref("Envelope")}}, ("messages",)),
-        "Commit": _obj({"subscriber": {"type": "string", "minLength": 1, "maxLength": 200},
+        "Commit": _obj({"subscriber": SID_SCHEMA,
                         "offsets": {"type": "object", "minProperties": 1,
                                     "additionalProperties": {"type": "integer", "minimum": 0}}},
                        ("subscriber", "offsets"), closed=True),
         "Group": _obj({"topic": _ref("Name"), "group": _ref("Name"),
                        "subscribers": {"type": "array", "items": {"type": "object"}},
-                       "assignment": {"type": "object", "additionalProperties": {"type": "string"}},
-                       "offsets": offsets_map, "lag": {"type": "integer", "minimum": 0}},
-                      ("subscribers", "assignment", "offsets", "lag")),
-        "Cluster": _obj({"node": {"type": "string"},
+                       "assignment": {"type": "object", "additionalProperties": SID_SCHEMA},
+                       "committed": offsets_map, "end_offsets": offsets_map, "lag": offsets_map,
+                       "total_lag": {"type": "integer", "minimum": 0},
+                       "partitions": {"type": "array", "items": _obj({
+                           "partition": NONNEG, "subscriber": {"type": "string", "nullable": True},
+                           "committed": NONNEG, "end": NONNEG, "lag": NONNEG},
+                           ("partition", "committed", "end", "lag"))}},
+                      ("topic", "group", "subscribers", "assignment", "committed", "lag", "total_lag")),
+        "Cluster": _obj({"node": {"type": "string"}, "node_id": {"type": "string"}, "url": {"type": "string"},
+                         "live": {"type": "array", "items": {"type": "string"}},
                          "nodes": {"type": "array", "items": _obj({
                              "id": {"type": "string"}, "name": {"type": "string"}, "url": {"type": "string"},
-                             "alive": {"type": "boolean"}}, ("id", "name", "url", "alive"))}},
-                        ("nodes",)),
+                             "alive": {"type": "boolean"}, "last_heartbeat": {"type": "integer"},
+                             "started": {"type": "integer"}},
+                             ("id", "name", "url", "alive", "last_heartbeat"))}},
+                        ("node", "nodes")),
         "CompatSend": _obj({"id": {"type": "string", "minLength": 1, "maxLength": s.max_id},
                             "topicName": _ref("Name"), "key": {"type": "string", "maxLength": s.max_id,
                                                                "nullable": True},
                             "body": {}, "requestor": {"type": "string", "nullable": True}},
                            ("topicName", "body")),
-        "CompatSubscribe": _obj({"id": {"type": "string", "minLength": 1, "maxLength": 200,
-                                        "pattern": "^[A-Za-z0-9._:-]+$"},
+        "CompatSubscribe": _obj({"id": SID_SCHEMA,
                                  "topicName": _ref("Name"), "groupName": _ref("Name"),
                                  "type": {"type": "string", "enum": ["push", "pull", "PUSH", "PULL"]},
                                  "ip": {"type": "string"}, "port": {"type": "integer", "minimum": 1,
@@ -212,25 +230,22 @@ def paths(s: Any) -> dict[str, Any]:
             "responses": {"201": _json(_ref("Subscribed"), "Registered"), **_errors("404", "409")}}},
         "/v1/topics/{topic}/groups/{group}/subscribers/{sid}": {"delete": {
             "summary": "Remove a subscriber (consume role)", "parameters": [TOPIC, GROUP, _sid_param()],
-            "responses": {"200": _json({"type": "object"}, "Removed"), "204": {"description": "Removed"},
+            "responses": {"200": _json(_obj({"deleted": SID_SCHEMA}, ("deleted",)), "Removed"),
                           **_errors("404")}}},
         "/v1/subscribers/{sid}/heartbeat": {"post": {
             "summary": "Keep a subscriber's lease alive (consume role)", "parameters": [_sid_param()],
-            "responses": {"200": _json({"type": "object"}), "204": {"description": "Renewed"},
-                          **_errors("404")}}},
+            "responses": {"200": _json(_ref("Heartbeat")), **_errors("404")}}},
         "/v1/topics/{topic}/groups/{group}/messages": {"get": {
             "summary": "Long-poll fetch (consume role)", "parameters": [
                 TOPIC, GROUP,
-                {"name": "subscriber", "in": "query", "required": True,
-                 "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
+                {"name": "subscriber", "in": "query", "required": True, "schema": SID_SCHEMA},
                 {"name": "max", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                           "maximum": s.max_fetch}}, wait],
             "responses": {"200": _json(_ref("Fetched")), **_errors("404", "409")}}},
         "/v1/topics/{topic}/groups/{group}/offsets": {"post": {
             "summary": "Commit offsets (consume role)", "parameters": [TOPIC, GROUP],
             "requestBody": _body(_ref("Commit")),
-            "responses": {"200": _json({"type": "object"}), "204": {"description": "Committed"},
-                          **_errors("404", "409")}}},
+            "responses": {"200": _json(_ref("Committed")), **_errors("404", "409")}}},
         "/sendmessage": {"post": {"summary": "ToyMB-compatible publish (publish role)",
                                   "requestBody": _body(_ref("CompatSend")),
                                   "responses": {"200": _text("ack"), **_errors("413", "422")}}},

@@ -1,0 +1,49 @@
+"""Fixtures of the security tests: an in-process node with tokens, and the tokens themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from broker.app import create_app
+
+# Each token's secret names what it is, so a failing assertion reads well.
+PUB = "pub-orders-7f3a9c"  # publish on orders.*
+CON = "con-orders-1b2d4e"  # consume on orders.*
+BOTH = "both-orders-a-55aa"  # publish+consume on orders.a only
+ADM = "admin-everything-9e8d"  # admin on every topic
+CLUSTER = "cluster-secret-0c0c"
+TOKENS = (
+    f"{PUB}=publish@orders.*",
+    f"{CON}=consume@orders.*",
+    f"{BOTH}=publish+consume@orders.a",
+    f"{ADM}=admin",
+)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def secure_app(tmp_path: Path) -> Iterator[Flask]:
+    """A started in-process node with the tokens above, a cluster token and a loopback push allowlist."""
+    app = create_app(
+        {
+            "data_dir": str(tmp_path),
+            "tokens": TOKENS,
+            "cluster_token": CLUSTER,
+            "push_allow": ("127.0.0.0/8",),
+        }
+    )
+    yield app
+    app.extensions["toymb"].stop()
+
+
+@pytest.fixture
+def secure(secure_app: Flask) -> FlaskClient:
+    return secure_app.test_client()
