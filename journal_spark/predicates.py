@@ -1,0 +1,146 @@
+"""Route predicates: ``msg.address==x``, ``msg.header.H!=v`` ... with ``&&``, ``||`` and parentheses.
+
+See :mod:`journal_spark.routes` for the grammar. Rows are anything indexable by envelope column
+name (a pyspark ``Row``, a dict).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def row_headers(row: Any) -> dict[str, str]:
+    """The row's headers as a dict, whatever shape Spark or Arrow gave them."""
+    raw = row["headers"]
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    return dict(raw)   # list of (key, value) pairs, from Arrow's to_pylist
+
+
+def field_of(row: Any, operand: str) -> str | None:
+    """The value an operand (``msg.address``, ``msg.key``, ``msg.id``, ``msg.header.H``) names."""
+    value: str | None
+    if operand == "msg.address":
+        value = row["topic"]
+    elif operand == "msg.key":
+        value = row["key"]
+    elif operand == "msg.id":
+        value = row["id"]
+    else:
+        value = row_headers(row).get(operand[len("msg.header."):])
+    return value
+
+
+@dataclass(frozen=True)
+class Compare:
+    operand: str          # msg.address | msg.key | msg.id | msg.header.<H>
+    op: str               # == | !=
+    value: str
+
+    def __call__(self, row: Any) -> bool:
+        equal = field_of(row, self.operand) == self.value
+        return equal if self.op == "==" else not equal
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    parts: tuple[Predicate, ...]
+
+    def __call__(self, row: Any) -> bool:
+        return any(p(row) for p in self.parts)
+
+
+@dataclass(frozen=True)
+class AllOf:
+    parts: tuple[Predicate, ...]
+
+    def __call__(self, row: Any) -> bool:
+        return all(p(row) for p in self.parts)
+
+
+Predicate = Compare | AnyOf | AllOf
+
+_TOKEN = re.compile(r"""\s*(?:(?P<op>&&|\|\||==|!=|\(|\))|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'"""
+                    r"""|(?P<word>[^\s()&|=!"']+))""")
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ValueError(f"unexpected {text[pos:].strip()[:20]!r}")
+        pos = m.end()
+        if m["op"]:
+            out.append(("op", m["op"]))
+        elif m["dq"] is not None:
+            out.append(("str", re.sub(r"\\(.)", r"\1", m["dq"])))
+        elif m["sq"] is not None:
+            out.append(("str", m["sq"]))
+        else:
+            out.append(("word", m["word"]))
+    return out
+
+
+def parse_predicate(text: str) -> Predicate:
+    """Compile a predicate; ValueError says what is wrong."""
+    tokens = _tokens(text)
+    if not tokens:
+        raise ValueError("empty predicate")
+    pos = 0
+
+    def peek() -> tuple[str, str] | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError("predicate ends too early")
+        pos += 1
+        return tokens[pos - 1]
+
+    def disjunction() -> Predicate:
+        parts = [conjunction()]
+        while peek() == ("op", "||"):
+            take()
+            parts.append(conjunction())
+        return parts[0] if len(parts) == 1 else AnyOf(tuple(parts))
+
+    def conjunction() -> Predicate:
+        parts = [atom()]
+        while peek() == ("op", "&&"):
+            take()
+            parts.append(atom())
+        return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+
+    def atom() -> Predicate:
+        kind, value = take()
+        if (kind, value) == ("op", "("):
+            inner = disjunction()
+            if take() != ("op", ")"):
+                raise ValueError("missing ')'")
+            return inner
+        if kind != "word" or not (value in ("msg.address", "msg.key", "msg.id")
+                                  or (value.startswith("msg.header.") and len(value) > len("msg.header."))):
+            raise ValueError(f"expected msg.address, msg.key, msg.id or msg.header.<name>, not {value!r}")
+        op_kind, op = take()
+        if op_kind != "op" or op not in ("==", "!="):
+            raise ValueError(f"expected == or != after {value}, not {op!r}")
+        v_kind, literal = take()
+        if v_kind not in ("word", "str"):
+            raise ValueError(f"expected a value after {value}{op}, not {literal!r}")
+        return Compare(value, op, literal)
+
+    result = disjunction()
+    if pos != len(tokens):
+        raise ValueError(f"unexpected {tokens[pos][1]!r}")
+    return result
+
+

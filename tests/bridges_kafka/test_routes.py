@@ -1,0 +1,110 @@
+"""The routes file: order, predicates, keys, headers, and startup errors that name the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from journal_spark.errors import JournalError
+from journal_spark.routes import (
+    HOPS_HEADER,
+    ORIGIN_HEADER,
+    DataError,
+    RoutesError,
+    headers_for,
+    load_routes,
+)
+
+SEED_SHAPE = """\
+# the seed's example, plus a JMS destination and an ingress
+routing.dead-letter.topic=jms-bridge-to-kafka-dead-letter-topic
+bridge.id=edge-1
+
+routes.foo-route.name=foo-route
+routes.foo-route.predicate=msg.address==foo-topic
+routes.foo-route.dest.topic=foobar-topic
+routes.foo-route.conv.key=msg.header.CorrelationId
+
+routes.bar-route.name=bar-route
+routes.bar-route.predicate=msg.address==bar-topic || msg.header.kind==bar && msg.header.env!="prod env"
+routes.bar-route.dest.topic=foobar-topic
+routes.bar-route.conv.key=msg.header.CorrelationId
+
+routes.catch.predicate=(msg.address==foo-topic || msg.address==other)
+routes.catch.dest.jms.queue=orders.q
+routes.foo-route.dest.topic=overridden-topic
+
+ingress.back.kafka.topic=replies
+ingress.back.dest.topic=replies-in
+ingress.back.broker.url=http://127.0.0.1:8080/
+"""
+
+
+def row(topic: str, headers: dict[str, str] | None = None, key: str | None = None, id: str = "m1") -> dict:
+    return {"id": id, "topic": topic, "key": key, "headers": headers or {}, "content_type": "text/plain"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "routes.properties"
+    path.write_text(text)
+    return path
+
+
+def test_seed_shape_parses_in_file_order_and_first_match_wins(tmp_path: Path) -> None:
+    routes = load_routes(write(tmp_path, SEED_SHAPE))
+    assert routes.bridge_id == "edge-1" and routes.on_error == "fail"
+    assert routes.dead_letter_topic == "jms-bridge-to-kafka-dead-letter-topic"
+    assert [r.name for r in routes.routes] == ["foo-route", "bar-route", "catch"]
+    assert routes.routes[0].destination.name == "overridden-topic"     # a repeated key overrides
+    assert routes.routes[2].destination.kind == "jms-queue"
+    # foo-topic matches foo-route and catch: the first one in the file wins
+    assert routes.first_match(row("foo-topic")).name == "foo-route"
+    assert routes.first_match(row("other")).name == "catch"
+    assert routes.first_match(row("nowhere")) is None
+    # && binds tighter than ||
+    assert routes.first_match(row("x", {"kind": "bar", "env": "dev"})).name == "bar-route"
+    assert routes.first_match(row("x", {"kind": "bar", "env": "prod env"})) is None
+    assert routes.first_match(row("x", {"kind": "bar"})).name == "bar-route"   # missing != v is true
+    (ingress,) = routes.ingress
+    assert (ingress.source.kind, ingress.source.name, ingress.dest_topic, ingress.broker_url) == (
+        "kafka", "replies", "replies-in", "http://127.0.0.1:8080")
+
+
+def test_keys_come_from_conv_key_or_the_message_id(tmp_path: Path) -> None:
+    routes = load_routes(write(tmp_path, SEED_SHAPE))
+    foo, _bar, catch = routes.routes
+    assert foo.key_for(row("foo-topic", {"CorrelationId": "c-9"})) == "c-9"
+    assert catch.key_for(row("other", id="abc")) == "abc"
+    with pytest.raises(DataError) as info:
+        foo.key_for(row("foo-topic"))
+    assert info.value.reason == "no-key"
+
+
+def test_bridged_headers_keep_jms_properties_and_count_hops() -> None:
+    message = row("t", {"jms.JMSCorrelationID": "x", HOPS_HEADER: "1", ORIGIN_HEADER: "other"})
+    headers = headers_for(message, "me")
+    assert headers["jms.JMSCorrelationID"] == "x"
+    assert headers[ORIGIN_HEADER] == "me" and headers[HOPS_HEADER] == "2"
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ("bridge.id=x\nrouting.colour=red\n", 2, "unknown key 'routing.colour'"),
+    ("routes.a.predicate=msg.address==x\nroutes.a.dest.topic=t\nroutes.a.dest.part=3\n", 3, "unknown key"),
+    ("\n\nroutes.a.predicate=msg.address=x\nroutes.a.dest.topic=t\n", 3, "bad predicate"),
+    ("routes.a.predicate=msg.topic==x\nroutes.a.dest.topic=t\n", 1, "bad predicate"),
+    ("routes.a.predicate=msg.address==x &&\nroutes.a.dest.topic=t\n", 1, "bad predicate"),
+    ("routes.a.predicate=(msg.address==x\nroutes.a.dest.topic=t\n", 1, "bad predicate"),
+    ("routes.a.predicate=msg.address==x\n", 1, "needs exactly one"),
+    ("routes.a.predicate=msg.address==x\nroutes.a.dest.topic=t\nroutes.a.conv.key=header.X\n", 3, "conv.key"),
+    ("routing.on-error=retry\n", 1, "routing.on-error"),
+    ("routing.on-error=dead-letter\n", 1, "routing.dead-letter.topic"),
+    ("# comment\nthis line has no value\n", 2, "unknown key"),
+])
+def test_bad_files_are_startup_errors_naming_the_line(tmp_path: Path, text: str, line: int,
+                                                      message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(RoutesError, match=message) as info:
+        load_routes(path)
+    assert f"{path}:{line}:" in str(info.value)
+    assert isinstance(info.value, JournalError)
