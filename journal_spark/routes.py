@@ -6,6 +6,7 @@ kind of ingress (a Kafka topic or a JMS destination into a broker topic)::
     bridge.id=edge-1
     routing.dead-letter.topic=jms-bridge-to-kafka-dead-letter-topic
     routing.on-error=dead-letter            # fail (default) | skip | dead-letter
+    routing.start=earliest                  # a new checkpoint starts: earliest | latest | journaled
     kafka.bootstrap.servers=127.0.0.1:9092  # any kafka.<librdkafka property>
     jms.stomp.host=127.0.0.1                # connection keys of the JMS bridge (JMS_KEYS)
 
@@ -75,7 +76,8 @@ INGRESS_OPTION_KEYS: set[str] = {
     "subscription-name", "client-id", "add-message-id-in-header",
 }
 _GLOBAL_KEYS = {"bridge.id", "routing.dead-letter.topic", "routing.on-error", "routing.max-hops",
-                "routing.markers.topic"}
+                "routing.markers.topic", "routing.start"}
+START_POSITIONS = ("earliest", "latest", "journaled")
 _ROUTE_CORE = {"name", "predicate", "dest.topic", "dest.jms.queue", "dest.jms.topic", "conv.key"}
 _INGRESS_CORE = {"kafka.topic", "jms.queue", "jms.topic", "dest.topic", "broker.url"}
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -165,6 +167,7 @@ class Routes:
     marker_topic: str = MARKER_TOPIC
     settings: dict[str, str] = field(default_factory=dict)   # kafka.* and jms.* connection keys
     path: str = ""
+    start: str = "earliest"     # where a bridge with a brand-new checkpoint begins in the store
 
     def first_match(self, row: Any) -> Route | None:
         """The first route (file order) whose predicate holds for ``row``, or None."""
@@ -294,11 +297,15 @@ def load_routes(path: str | os.PathLike[str]) -> Routes:
         raise RoutesError(f"{where}:{gline('routing.max-hops')}: routing.max-hops must be a positive "
                           "integer") from None
 
+    start = get("routing.start", "earliest") or "earliest"
+    if start not in START_POSITIONS:
+        raise RoutesError(f"{where}:{gline('routing.start')}: routing.start must be one of "
+                          f"{', '.join(START_POSITIONS)}, not {start!r}")
     routes = [_route(where, name, fields) for name, fields in per_route.items()]
     ingress = [_ingress(where, name, fields) for name, fields in per_ingress.items()]
     settings = {k: v for k, (_line, v) in glob.items() if k not in _GLOBAL_KEYS}
     return Routes(bridge_id, routes, ingress, dead_letter, on_error, max_hops,
-                  get("routing.markers.topic", MARKER_TOPIC) or MARKER_TOPIC, settings, where)
+                  get("routing.markers.topic", MARKER_TOPIC) or MARKER_TOPIC, settings, where, start)
 
 
 def _route(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Route:
