@@ -25,6 +25,7 @@ from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import IntegrityError
 
 from ..store.schema import nodes
+from .forward import CLUSTER_TOKEN_HEADER
 from .ownership import Member
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Membership:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._started_ms = int(time.time() * 1000)
+        self._registered = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -170,16 +172,29 @@ class Membership:
     def _beat(self) -> None:
         with self.engine.begin() as conn:
             now = db_now_ms(conn)
-            values = {"name": self.me.name, "url": self.node.url, "heartbeat_ms": now}
+            values: dict[str, Any] = {"name": self.me.name, "url": self.node.url, "heartbeat_ms": now}
+            if not self._registered:
+                self._warn_if_name_taken(conn, now)
+                values["started_ms"] = self._started_ms
             if conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values)).rowcount == 1:
+                self._registered = True
                 return
+            values.pop("started_ms", None)
         try:
             with self.engine.begin() as conn:
                 conn.execute(nodes.insert().values(id=self.me.id, started_ms=self._started_ms, **values))
             log.info("node %s registered as %s at %s", self.me.name, self.me.id, self.node.url)
+            self._registered = True
         except IntegrityError:  # registered concurrently (a second process with our name?)
             with self.engine.begin() as conn:
                 conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values))
+
+    def _warn_if_name_taken(self, conn: Connection, now: int) -> None:
+        row = conn.execute(select(nodes.c.url, nodes.c.heartbeat_ms).where(nodes.c.id == self.me.id)).first()
+        fresh = row is not None and row.heartbeat_ms >= now - self.settings.node_lease_ms
+        if row is not None and fresh and row.url != self.node.url:
+            log.error("node name %s is also used by a live node at %s: every node needs its own name "
+                      "(TOYMB_NODE_NAME), or the two will fight over the same topics", self.me.name, row.url)
 
     def _load(self) -> View:
         lease_ms = self.settings.node_lease_ms
@@ -208,7 +223,9 @@ class Membership:
         while pending and not self._stop.is_set() and time.monotonic() < deadline:
             for url in sorted(pending):
                 try:
-                    answer = requests.get(url + "/v1/cluster", timeout=2).json()
+                    token = self.settings.cluster_token
+                    headers = {CLUSTER_TOKEN_HEADER: token} if token else {}
+                    answer = requests.get(url + "/v1/cluster", headers=headers, timeout=2).json()
                 except (requests.RequestException, ValueError):
                     self.peer_status[url] = "unreachable"
                     continue

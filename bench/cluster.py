@@ -1,0 +1,214 @@
+"""Cluster benchmark on PostgreSQL: failover time, and 3-node publish throughput vs one node.
+
+    python -m bench.cluster [--quick]      (or: toymb bench --only cluster)
+
+- Failover: a topic's owner is SIGKILLed while a client keeps publishing to the other nodes;
+  the time until the first publish to that topic succeeds again, in seconds and in lease periods.
+- Throughput: the same client processes publish to many topics, first all to one node, then
+  spread over three nodes (so two thirds of the requests are forwarded one hop). The ratio is
+  cluster / single node, measured in the same run on the same database server. On a 2-core
+  machine the three nodes and the clients share the cores, so expect a ratio near or below 1:
+  the figure shows the cost of forwarding, not the scaling of a real multi-host cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
+from broker.cluster.ownership import Member, owner
+from broker.node import node_id
+from broker.store.schema import metadata
+from broker.store.sql import normalize_url
+
+PG_URL = os.environ.get("TOYMB_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:55432/toymb")
+BENCH_DB = "toymb_cluster_bench"
+NAMES = ("toymb-1", "toymb-2", "toymb-3")
+LEASE_MS = 2000
+HEARTBEAT_MS = 300
+BATCH = 10
+BODY = "x" * 256
+
+
+def _database() -> str | None:
+    """An emptied database of this benchmark's own, or None when PostgreSQL is not running."""
+    try:
+        url = make_url(normalize_url(PG_URL))
+        admin = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with admin.connect() as conn:
+            query = text("SELECT 1 FROM pg_database WHERE datname = :d")
+            found = conn.execute(query, {"d": BENCH_DB}).first()
+            if found is None:
+                conn.execute(text(f'CREATE DATABASE "{BENCH_DB}"'))
+        admin.dispose()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no PostgreSQL here"
+        print(f"cluster bench skipped: PostgreSQL not reachable at {PG_URL} ({type(exc).__name__}); "
+              "run services/postgres.sh start")
+        return None
+    own = url.set(database=BENCH_DB).render_as_string(hide_password=False)
+    engine = create_engine(own)
+    metadata.drop_all(engine)
+    engine.dispose()
+    return own
+
+
+def _node(name: str, database_url: str) -> BenchNode:
+    return BenchNode({"TOYMB_NODE_NAME": name, "TOYMB_DATABASE_URL": database_url,
+                      "TOYMB_NODE_LEASE_MS": str(LEASE_MS), "TOYMB_HEARTBEAT_MS": str(HEARTBEAT_MS)})
+
+
+def _wait_live(urls: list[str], count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if all(len(requests.get(u + "/v1/cluster", timeout=2).json()["live"]) == count for u in urls):
+                return
+        except (requests.RequestException, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the cluster did not agree on {count} live nodes")
+
+
+def _client(urls: list[str], topics: list[str], seconds: float, seed: int, result: Any) -> None:
+    session = requests.Session()
+    sent = failed = 0
+    i = seed
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        i += 1
+        url, topic = urls[i % len(urls)], topics[(i * 7 + seed) % len(topics)]
+        payload = {"messages": [{"key": f"k{i}-{j}", "body": BODY, "content_type": "text/plain"}
+                                for j in range(BATCH)]}
+        try:
+            answer = session.post(f"{url}/v1/topics/{topic}/messages", data=json.dumps(payload),
+                                  headers={"Content-Type": "application/json"}, timeout=30)
+        except requests.RequestException:
+            failed += 1
+            continue
+        if answer.status_code == 201:
+            sent += BATCH
+        else:
+            failed += 1
+    result.put((sent, failed))
+
+
+def _throughput(urls: list[str], clients: int, seconds: float) -> tuple[float, int]:
+    topics = [f"bench-{i}" for i in range(24)]
+    queue: Any = multiprocessing.Queue()
+    # Each client starts on a different node, so the load is spread evenly over ``urls``.
+    rotations = [urls[c % len(urls):] + urls[:c % len(urls)] for c in range(clients)]
+    procs = [multiprocessing.Process(target=_client, args=(rotations[c], topics, seconds, c * 1000, queue))
+             for c in range(clients)]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    elapsed = time.perf_counter() - started
+    return sum(r[0] for r in results) / elapsed, sum(r[1] for r in results)
+
+
+def _failover(nodes: dict[str, BenchNode], database_url: str) -> float:
+    """Kill the owner of a topic, return seconds until a publish to it succeeds; restart the node."""
+    live = [Member(n, node_id(n)) for n in nodes]
+    topic = "failover-" + str(int(time.time() * 1000))
+    victim = owner(topic, live)
+    assert victim is not None
+    others = [nodes[n].url for n in nodes if n != victim.name]
+    session = requests.Session()
+    for i in range(20):
+        answer = session.post(f"{others[i % 2]}/v1/topics/{topic}/messages", json={"body": i}, timeout=10)
+        answer.raise_for_status()
+    proc = nodes[victim.name].proc
+    assert proc is not None
+    killed = time.monotonic()
+    proc.kill()
+    proc.wait(timeout=10)
+    i = 0
+    while time.monotonic() - killed < 10 * LEASE_MS / 1000:
+        i += 1
+        try:
+            if session.post(f"{others[i % 2]}/v1/topics/{topic}/messages", json={"body": i},
+                            timeout=2).status_code == 201:
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(0.02)
+    else:
+        raise RuntimeError("publishes did not resume after the owner was killed")
+    seconds = time.monotonic() - killed
+    nodes[victim.name].__exit__(None, None, None)
+    nodes[victim.name] = _node(victim.name, database_url).__enter__()
+    _wait_live([n.url for n in nodes.values()], len(nodes))
+    return seconds
+
+
+def run(quick: bool, out_dir: Path) -> dict[str, Any]:
+    """Measure failover time and the 3-node / 1-node publish throughput ratio; write cluster.json."""
+    database_url = _database()
+    if database_url is None:
+        return {"skipped": "PostgreSQL is not running"}
+    seconds = 3.0 if quick else 10.0
+    clients = 4 if quick else 6
+    trials = 1 if quick else 3
+    rss: list[float] = []
+
+    single = _node("toymb-1", database_url).__enter__()
+    try:
+        one_rate, one_failed = _throughput([single.url], clients, seconds)
+        rss.append(peak_rss_mb(single.pid))
+    finally:
+        single.__exit__(None, None, None)
+
+    nodes: dict[str, BenchNode] = {}
+    try:
+        for name in NAMES:
+            nodes[name] = _node(name, database_url).__enter__()
+        urls = [n.url for n in nodes.values()]
+        _wait_live(urls, len(NAMES))
+        three_rate, three_failed = _throughput(urls, clients, seconds)
+        failovers = [_failover(nodes, database_url) for _ in range(trials)]
+        rss.extend(peak_rss_mb(n.pid) for n in nodes.values())
+    finally:
+        for node in nodes.values():
+            node.__exit__(None, None, None)
+
+    results: dict[str, Any] = {
+        "one_node_msgs_per_s": one_rate,
+        "three_nodes_msgs_per_s": three_rate,
+        "cluster_vs_one_node_ratio": three_rate / one_rate if one_rate else float("nan"),
+        "failed_requests_one_node": one_failed,
+        "failed_requests_three_nodes": three_failed,
+        "failover_s_mean": sum(failovers) / len(failovers),
+        "failover_s_max": max(failovers),
+        "failover_in_lease_periods_max": max(failovers) / (LEASE_MS / 1000),
+        "node_lease_ms": LEASE_MS,
+        "heartbeat_ms": HEARTBEAT_MS,
+        "clients": clients,
+        "batch": BATCH,
+        "seconds": seconds,
+        "node_peak_rss_mb_max": max(rss),
+        "bench_peak_rss_mb": own_peak_rss_mb(),
+        "cores": os.cpu_count(),
+    }
+    report("cluster (PostgreSQL, 3 nodes on one machine)", results)
+    write_results(out_dir, "cluster", results, bars={
+        "3 nodes / 1 node throughput": results["cluster_vs_one_node_ratio"],
+        "failover / lease (max)": results["failover_in_lease_periods_max"],
+    })
+    return results
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv, out_dir=Path("bench/out"))
