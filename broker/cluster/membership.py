@@ -215,16 +215,19 @@ class Membership:
     def _check_peers(self) -> None:
         """Check that each configured peer shares our database (it lists us in /v1/cluster).
 
-        Peers are optional when the database is shared; a peer that answers but does not know
-        us is a misconfiguration (two clusters), which is logged rather than guessed around.
+        Peers are optional when the database is shared; a peer that answers but still does not
+        know us after it has had time to reload its live set is a misconfiguration (two
+        clusters), which is logged rather than guessed around.
         """
         pending = {peer_url(p) for p in self.settings.peers} - {self.node.url}
+        patience = self.lease + 3 * self.interval  # a peer reloads its live set every heartbeat
+        first_answer: dict[str, float] = {}
         deadline = time.monotonic() + max(30.0, self.lease * 5)
+        token = self.settings.cluster_token
+        headers = {CLUSTER_TOKEN_HEADER: token} if token else {}
         while pending and not self._stop.is_set() and time.monotonic() < deadline:
             for url in sorted(pending):
                 try:
-                    token = self.settings.cluster_token
-                    headers = {CLUSTER_TOKEN_HEADER: token} if token else {}
                     answer = requests.get(url + "/v1/cluster", headers=headers, timeout=2).json()
                 except (requests.RequestException, ValueError):
                     self.peer_status[url] = "unreachable"
@@ -232,11 +235,14 @@ class Membership:
                 ids = {n.get("id") for n in answer.get("nodes", []) if isinstance(n, dict)}
                 if self.me.id in ids:
                     self.peer_status[url] = "ok"
-                else:
+                    pending.discard(url)
+                elif time.monotonic() - first_answer.setdefault(url, time.monotonic()) > patience:
                     self.peer_status[url] = "other_cluster"
                     log.error("peer %s does not list this node: the nodes must share one database "
                               "(datasource.url / TOYMB_DATABASE_URL)", url)
-                pending.discard(url)
-            self._stop.wait(1.0)
+                    pending.discard(url)
+                else:
+                    self.peer_status[url] = "checking"
+            self._stop.wait(min(1.0, self.interval))
         for url in pending:
             log.warning("peer %s did not answer at startup", url)
