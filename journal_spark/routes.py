@@ -66,6 +66,7 @@ MARKER_TOPIC = "_toymb_bridge_markers"
 JMS_KEYS: set[str] = {
     "jms.stomp.host", "jms.stomp.port", "jms.stomp.user", "jms.stomp.password", "jms.stomp.vhost",
     "jms.stomp.heartbeat.ms", "jms.stomp.ssl", "jms.client.id",
+    "jms.egress.chunk", "jms.egress.retries", "jms.egress.retry.ms",
 }
 # Extra per-route keys (``routes.<n>.<key>``) besides the core ones.
 ROUTE_EXTRA_KEYS: set[str] = {"jms.persistent", "jms.priority", "jms.ttl.ms"}
