@@ -22,6 +22,8 @@ from .message import Message
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
 _NAME = re.compile(NAME_PATTERN)
+SUBSCRIBER_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,200}$"
+_SUBSCRIBER_ID = re.compile(SUBSCRIBER_ID_PATTERN)
 _ATTR = "__toymb_subscriptions__"
 
 H = TypeVar("H", bound=Callable[..., Any])
@@ -29,9 +31,10 @@ Handler = Callable[[Message], object]
 
 
 def check_name(value: object, what: str) -> str:
-    """``value`` if it is a valid topic/group/id name, else ConfigurationError."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ConfigurationError(f"{what} must be a string matching {NAME_PATTERN}, not {value!r}")
+    """``value`` if it is a valid topic or group name (or subscriber id), else ConfigurationError."""
+    pattern = _SUBSCRIBER_ID if what == "subscriber id" else _NAME
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ConfigurationError(f"{what} must be a string matching {pattern.pattern}, not {value!r}")
     return value
 
 

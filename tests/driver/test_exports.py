@@ -1,8 +1,8 @@
 """The public surface: what ``from driver import ...`` offers."""
 
 from __future__ import annotations
-
 import __future__
+
 import inspect
 
 import driver
@@ -25,7 +25,8 @@ def test_design_surface_is_exported() -> None:
 
 def test_every_exception_is_exported_under_one_root() -> None:
     classes = {name for name, value in vars(errors).items()
-               if inspect.isclass(value) and issubclass(value, Exception) and value.__module__ == errors.__name__}
+               if inspect.isclass(value) and issubclass(value, Exception)
+               and value.__module__ == errors.__name__}
     assert classes <= set(driver.__all__)
     for name in classes:
         assert issubclass(getattr(driver, name), driver.ToyMBError)

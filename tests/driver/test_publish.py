@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
-from driver import (AuthenticationError, BadRequest, ConnectError, Coordinates, Outgoing, PermissionDenied,
-                    SerializationError, Template, Unavailable)
+from driver import (
+    AuthenticationError,
+    BadRequest,
+    ConnectError,
+    Coordinates,
+    Outgoing,
+    PermissionDenied,
+    SerializationError,
+    Template,
+    Unavailable,
+)
 from tests.driver.conftest import NODE_ENV, stored_count
 from tests.driver.helpers import Always503, SlowFirstAnswerProxy, serve
 from tests.support import NodeProcess, free_port
@@ -79,20 +89,22 @@ def test_no_node_up_is_a_connect_error_naming_every_attempt() -> None:
 
 
 def test_a_send_retried_after_a_timeout_is_stored_once(node: NodeProcess, topic: str) -> None:
-    state = {"target": node.url, "delay": 2.0, "forwarded": [], "lock": threading.Lock()}
+    forwarded: list[tuple[int, dict[str, object]]] = []
+    state = {"target": node.url, "delay": 2.0, "forwarded": forwarded, "lock": threading.Lock()}
     with serve(SlowFirstAnswerProxy, state) as proxy:
         with Template(proxy, timeout=(1.0, 0.5), retries=2, backoff=0.05) as template:
             coordinates = template.send(topic, "k", {"pay": 10})
-    first_status, first_answer = state["forwarded"][0]
-    assert first_status == 201 and len(state["forwarded"]) >= 2  # stored, then retried after the timeout
+    first_status, first_answer = forwarded[0]
+    assert first_status == 201 and len(forwarded) >= 2  # stored, then retried after the timeout
     assert coordinates.duplicate and coordinates.offset == first_answer["offset"]
     with Template(node.url) as template:
         assert stored_count(template, topic) == 1
 
 
-def test_tokens_are_sent_and_refusals_name_role_and_topic(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tokens_are_sent_and_refusals_name_role_and_topic(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     env = dict(NODE_ENV, TOYMB_TOKENS="pub=publish@orders.*,cons=consume@orders.*")
-    with NodeProcess(tmp_path / "secure", env=env) as secure:  # type: ignore[operator]
+    with NodeProcess(tmp_path / "secure", env=env) as secure:
         with Template(secure.url, token="pub") as template:
             assert template.send("orders.eu", None, 1).offset == 0
             with pytest.raises(PermissionDenied) as denied:

@@ -1,0 +1,58 @@
+"""The Flask integration, inside a real Flask app served on a port."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+import requests
+from flask import Flask
+from werkzeug.serving import make_server
+
+from driver import Message, Template, ToyMB
+from tests.support import NodeProcess, free_port, wait_until
+
+
+@pytest.fixture
+def served_app(node: NodeProcess, topic: str) -> Iterator[tuple[Flask, ToyMB, list[Message], str]]:
+    port = free_port()
+    app = Flask("shop")
+    app.config.update(TOYMB_URLS=node.url, TOYMB_ADVERTISE_URL=f"http://127.0.0.1:{port}")
+    mb = ToyMB(app)
+    got: list[Message] = []
+
+    @app.get("/orders/count")
+    def count() -> dict[str, int]:  # the host app's own routes keep working
+        return {"count": len(got)}
+
+    @mb.subscribe(topic=topic, group="shop")
+    def on_order(message: Message) -> None:
+        got.append(message)
+
+    server = make_server("127.0.0.1", port, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield app, mb, got, f"http://127.0.0.1:{port}"
+    finally:
+        mb.stop()
+        server.shutdown()
+        server.server_close()
+
+
+def test_flask_app_receives_pushes_once_it_serves(served_app: tuple[Flask, ToyMB, list[Message], str],
+                                                  template: Template, topic: str) -> None:
+    app, mb, got, base = served_app
+    assert mb.wait_registered(30)
+    (membership,) = mb.memberships
+    assert membership.url == base + "/toymb/push"
+    assert membership.subscriber_id.startswith("shop.")
+    for n in range(3):
+        template.send(topic, "c-1", {"n": n})
+    wait_until(lambda: len(got) == 3, timeout=30, what="three pushes into the Flask app")
+    assert [m.body["n"] for m in got] == [0, 1, 2]
+    assert requests.get(base + "/orders/count", timeout=5).json() == {"count": 3}
+    assert app.extensions["toymb"] is mb
+    mb.stop()  # what SIGTERM and interpreter exit do
+    assert template.group_info(topic, "shop")["subscribers"] == []
