@@ -1,0 +1,248 @@
+"""A small synchronous face on ``stomp.py``: one STOMP 1.2 connection, receipts waited for, an inbox.
+
+Both bridge directions need the same few things: send (inside a transaction), wait for a receipt
+(so a COMMIT or an ACK is known to be done), receive frames with a timeout, and browse a queue to
+its end (ActiveMQ's ``browser: true`` subscription ends with a ``browser: end`` frame). Every
+failure surfaces as :class:`JmsConnectionError`; the connection is then dead and is thrown away.
+The inbox is bounded by the subscriptions' ``activemq.prefetchSize``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import stomp
+from stomp.exception import StompException
+
+from .errors import JmsConnectionError
+
+log = logging.getLogger(__name__)
+_counter = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Frame:
+    """A MESSAGE frame: headers and raw body bytes."""
+
+    headers: dict[str, str]
+    body: bytes
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """``stomp://host:port`` (or ``host:port``) as a (host, port) pair."""
+    parsed = urlparse(url if "://" in url else f"stomp://{url}")
+    if parsed.scheme not in ("stomp", "tcp") or not parsed.hostname:
+        raise ValueError(f"not a STOMP URL: {url!r} (expected stomp://host:port)")
+    return parsed.hostname, parsed.port or 61613
+
+
+class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
+    def __init__(self, owner: StompClient) -> None:
+        self.owner = owner
+
+    def on_message(self, frame: stomp.utils.Frame) -> None:
+        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
+        self.owner.inbox.put(Frame(dict(frame.headers), body))
+
+    def on_receipt(self, frame: stomp.utils.Frame) -> None:
+        with self.owner.lock:
+            self.owner.receipts.add(frame.headers.get("receipt-id", ""))
+            self.owner.changed.notify_all()
+
+    def on_error(self, frame: stomp.utils.Frame) -> None:
+        message = frame.headers.get("message", "")
+        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body)
+        log.warning("STOMP ERROR frame: %s %s", message, body[:300])
+        with self.owner.lock:
+            self.owner.error = f"{message} {body[:300]}".strip()
+            self.owner.changed.notify_all()
+
+    def on_disconnected(self) -> None:
+        with self.owner.lock:
+            self.owner.alive = False
+            self.owner.changed.notify_all()
+        self.owner.inbox.put(None)    # wakes a receive() waiting on a dead connection
+
+
+class StompClient:
+    """One connection to ActiveMQ's STOMP connector."""
+
+    def __init__(self, url: str, *, client_id: str | None = None, user: str | None = None,
+                 password: str | None = None, timeout: float = 10.0) -> None:
+        self.url = url
+        self.host, self.port = parse_url(url)
+        self.client_id = client_id
+        self.user, self.password = user, password
+        self.timeout = timeout
+        self.inbox: queue.Queue[Frame | None] = queue.Queue()
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.receipts: set[str] = set()
+        self.error: str | None = None
+        self.alive = False
+        self.conn: stomp.Connection12 | None = None
+
+    def connect(self) -> StompClient:
+        """Connect (CONNECTED frame received), or raise :class:`JmsConnectionError`."""
+        conn = stomp.Connection12([(self.host, self.port)], auto_decode=False, auto_content_length=False,
+                                  reconnect_attempts_max=1, timeout=self.timeout, heartbeats=(0, 0))
+        conn.set_listener("toymb", _Listener(self))
+        headers = {"client-id": self.client_id} if self.client_id else {}
+        try:
+            conn.connect(self.user, self.password, wait=True, headers=headers)
+        except (StompException, OSError) as exc:
+            self._drop(conn)
+            raise JmsConnectionError(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from None
+        self.conn, self.alive = conn, True
+        return self
+
+    @staticmethod
+    def _drop(conn: stomp.Connection12) -> None:
+        try:
+            conn.disconnect()
+        except Exception:  # noqa: BLE001 - already broken
+            pass
+        try:
+            conn.transport.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def close(self) -> None:
+        """Disconnect; never raises. Uncommitted transactions and unacked messages go back to ActiveMQ."""
+        if self.conn is not None:
+            self._drop(self.conn)
+            self.conn = None
+        self.alive = False
+
+    def check(self) -> None:
+        """Raise :class:`JmsConnectionError` if the connection is dead."""
+        self._check()
+
+    def _check(self) -> stomp.Connection12:
+        if self.conn is None or not self.alive or self.error:
+            raise JmsConnectionError(f"connection to {self.url} lost" + (f": {self.error}" if self.error else ""))
+        return self.conn
+
+    def _call(self, what: str, fn: object, *args: object, **kwargs: object) -> None:
+        self._check()
+        try:
+            fn(*args, **kwargs)  # type: ignore[operator]
+        except (StompException, OSError) as exc:
+            self.alive = False
+            raise JmsConnectionError(f"{what} to {self.url} failed: {exc or type(exc).__name__}") from None
+
+    def wait_receipt(self, receipt: str, timeout: float | None = None) -> None:
+        """Block until ActiveMQ confirmed the frame sent with ``receipt``."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        with self.lock:
+            while receipt not in self.receipts:
+                if not self.alive or self.error:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(left)
+            if receipt in self.receipts:
+                self.receipts.discard(receipt)
+                return
+        self.alive = False
+        raise JmsConnectionError(f"no receipt {receipt} from {self.url}" + (f": {self.error}" if self.error else ""))
+
+    def new_receipt(self) -> str:
+        return f"r-{next(_counter)}"
+
+    def send(self, destination: str, body: bytes, headers: dict[str, str], transaction: str | None = None,
+             receipt: bool = False) -> None:
+        conn = self._check()
+        hdrs = dict(headers)
+        if transaction:
+            hdrs["transaction"] = transaction
+        rid = self.new_receipt() if receipt else None
+        if rid:
+            hdrs["receipt"] = rid
+        self._call("SEND", conn.send, destination, body, headers=hdrs)
+        if rid:
+            self.wait_receipt(rid)
+
+    def begin(self, transaction: str) -> None:
+        self._call("BEGIN", self._check().begin, transaction)
+
+    def commit(self, transaction: str) -> None:
+        """COMMIT and wait for its receipt: when this returns, the transaction is durable."""
+        rid = self.new_receipt()
+        self._call("COMMIT", self._check().commit, transaction, headers={"receipt": rid})
+        self.wait_receipt(rid)
+
+    def abort(self, transaction: str) -> None:
+        self._call("ABORT", self._check().abort, transaction)
+
+    def subscribe(self, destination: str, sub_id: str, ack: str = "client-individual",
+                  headers: dict[str, str] | None = None) -> None:
+        """SUBSCRIBE, confirmed by a receipt (so a bad selector fails here, not later)."""
+        rid = self.new_receipt()
+        hdrs = dict(headers or {})
+        hdrs["receipt"] = rid
+        self._call("SUBSCRIBE", self._check().subscribe, destination, sub_id, ack=ack, headers=hdrs)
+        self.wait_receipt(rid)
+
+    def unsubscribe(self, sub_id: str, headers: dict[str, str] | None = None) -> None:
+        rid = self.new_receipt()
+        hdrs = dict(headers or {})
+        hdrs["receipt"] = rid
+        self._call("UNSUBSCRIBE", self._check().unsubscribe, sub_id, headers=hdrs)
+        self.wait_receipt(rid)
+
+    def ack(self, ack_id: str, transaction: str | None = None, wait: bool = False) -> None:
+        conn = self._check()
+        rid = self.new_receipt() if wait else None
+        self._call("ACK", conn.ack, ack_id, transaction=transaction, receipt=rid)
+        if rid:
+            self.wait_receipt(rid)
+
+    def receive(self, timeout: float) -> Frame | None:
+        """The next MESSAGE frame, or None after ``timeout`` seconds; raises if the connection died."""
+        try:
+            frame = self.inbox.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            self._check()
+            return None
+        if frame is None:
+            self._check()
+            return None
+        return frame
+
+    def browse(self, destination: str, timeout: float | None = None) -> list[Frame]:
+        """Every message now in a queue, without consuming it (ends at ActiveMQ's ``browser: end``).
+
+        Only for small queues (the egress marker queue holds one message); frames of other
+        subscriptions arriving meanwhile are put back in the inbox.
+        """
+        sub = f"browse-{next(_counter)}"
+        self.subscribe(destination, sub, ack="auto", headers={"browser": "true"})
+        found: list[Frame] = []
+        others: list[Frame] = []
+        deadline = time.monotonic() + (timeout or self.timeout)
+        try:
+            while True:
+                frame = self.receive(deadline - time.monotonic())
+                if frame is None:
+                    if time.monotonic() >= deadline:
+                        raise JmsConnectionError(f"browsing {destination} did not end within the timeout")
+                    continue
+                if frame.headers.get("subscription") != sub:
+                    others.append(frame)
+                elif frame.headers.get("browser") == "end":
+                    return found
+                else:
+                    found.append(frame)
+        finally:
+            for frame in others:
+                self.inbox.put(frame)
+            if self.alive:
+                self.unsubscribe(sub)

@@ -1,0 +1,135 @@
+"""Fixtures of the JMS bridge tests: the shared ActiveMQ (STOMP), a real node, helpers to count.
+
+ActiveMQ is shared with other test folders, so every test uses its own uniquely named queues,
+topics and subscriptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, select
+
+from broker.store.schema import messages
+from journal_spark.jms.stompclient import Frame, StompClient
+from tests.support import ROOT, NodeProcess, need_service, port_open
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+STOMP_URL = "stomp://127.0.0.1:61613"
+AMQ = str(ROOT / "services" / "activemq.sh")
+
+
+def amq_up() -> bool:
+    return port_open("127.0.0.1", 61613) and port_open("127.0.0.1", 61616)
+
+
+@pytest.fixture(scope="session")
+def activemq() -> str:
+    need_service(amq_up(), "ActiveMQ with STOMP on 127.0.0.1:61613 (services/activemq.sh)")
+    return STOMP_URL
+
+
+def restart_activemq(kill: bool = True) -> None:
+    """SIGKILL (or stop) ActiveMQ, then start it again and wait until both ports answer."""
+    subprocess.run([AMQ, "kill" if kill else "stop"], check=True, capture_output=True, timeout=120)
+    subprocess.run([AMQ, "start"], check=True, capture_output=True, timeout=180)
+    deadline = time.monotonic() + 60
+    while not amq_up():
+        assert time.monotonic() < deadline, "ActiveMQ did not come back"
+        time.sleep(0.2)
+
+
+def ensure_activemq() -> None:
+    """Start ActiveMQ if a failed test left it down (other folders share it)."""
+    if not amq_up():
+        subprocess.run([AMQ, "start"], check=False, capture_output=True, timeout=180)
+
+
+def unique(prefix: str) -> str:
+    return f"toymb.test.{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    proc = NodeProcess(tmp_path / "node").start()
+    yield proc
+    proc.stop()
+
+
+def stored(node: NodeProcess, topic: str) -> list[dict[str, Any]]:
+    """Every message of ``topic`` in the node's SQLite store (id, key, headers, content type, body)."""
+    engine = create_engine(f"sqlite:///{node.data_dir / 'toymb.db'}")
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(select(messages).where(messages.c.topic == topic)).all()
+    finally:
+        engine.dispose()
+    return [{"id": r.id, "key": r.key, "headers": json.loads(r.headers), "content_type": r.content_type,
+             "body": bytes(r.body), "offset": r.offset, "partition": r.partition} for r in rows]
+
+
+def wait_stored(node: NodeProcess, topic: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = stored(node, topic)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def connect(client_id: str | None = None) -> StompClient:
+    return StompClient(STOMP_URL, client_id=client_id).connect()
+
+
+def send_all(destination: str, items: list[tuple[bytes, dict[str, str]]]) -> None:
+    """Send in one transaction, committed with a receipt: all of them are durable on return."""
+    client = connect()
+    try:
+        for start in range(0, len(items), 2000):
+            tx = f"tx-{uuid.uuid4().hex[:8]}"
+            client.begin(tx)
+            for body, headers in items[start:start + 2000]:
+                client.send(destination, body, headers, transaction=tx)
+            client.commit(tx)
+    finally:
+        client.close()
+
+
+def drain(destination: str, expect: int, idle: float = 2.0, timeout: float = 60.0,
+          headers: dict[str, str] | None = None) -> list[Frame]:
+    """Consume (and ack) ``destination`` until ``expect`` frames came and then ``idle`` s of silence."""
+    client = connect()
+    frames: list[Frame] = []
+    try:
+        client.subscribe(destination, "drain", ack="client-individual",
+                         headers={"activemq.prefetchSize": "500", **(headers or {})})
+        deadline = time.monotonic() + timeout
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            frame = client.receive(0.2)
+            if frame is not None:
+                frames.append(frame)
+                client.ack(frame.headers["ack"])
+                last = time.monotonic()
+            elif len(frames) >= expect and time.monotonic() - last >= idle:
+                break
+        client.unsubscribe("drain")
+    finally:
+        client.close()
+    return frames
+
+
+def write_routes(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
