@@ -1,0 +1,254 @@
+"""The Kafka egress bridge: a journal sink that routes messages to Kafka topics, exactly once.
+
+Per micro-batch, in one Kafka transaction of a producer with a stable ``transactional.id``
+(``toymb-<bridge.id>-kafka``): the routed records, any dead letters, and a marker per broker
+topic saying how far the export got (see :mod:`.markers`). A restarted job fences its killed
+predecessor, reads the committed markers, and drops rows below them, so a ``read_committed``
+consumer sees every routed message exactly once whatever the crash point.
+
+Records: the message's headers (``jms.*`` untouched) plus ``jmsbridge.origin=<bridge.id>``,
+``jmsbridge.hops`` and ``toymb.content_type``; the key from ``conv.key`` or else the message id;
+the body as is; the message timestamp; the partition from Kafka's default partitioner
+(``murmur2_random``, the same partition the broker itself chose for the same key and count).
+
+Failures: a missing destination, an authorisation error or a failed dead-letter publish is a
+:class:`HardFailure` (the job stops). A data problem is a :class:`DataError` handled by
+``routing.on-error``: ``fail`` stops, ``skip`` logs, ``dead-letter`` writes the message to
+``routing.dead-letter.topic`` with ``toymb.dlq.*`` headers, inside the same transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
+from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
+from .telemetry import BridgeTelemetry
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[str, str | bytes | None]]
+SINK_NAME = "kafka.bridge"
+TRANSACTION_TIMEOUT_S = 60.0
+POLL_EVERY = 1000                     # serve delivery callbacks every this many records
+_HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+               KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+               KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError._FENCED,
+               KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+def check_topics(admin: AdminClient, topics: Iterable[str], where: str) -> None:
+    """:class:`HardFailure` naming every topic that is missing or not visible to this principal."""
+    wanted = sorted(set(topics))
+    try:
+        metadata = admin.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise HardFailure(f"cannot reach Kafka to check the bridge's topics: {exc}") from None
+    missing = [t for t in wanted if t not in metadata.topics]
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    refused = [t for t in wanted if t in metadata.topics
+               and getattr(metadata.topics[t].error, "code", lambda: None)() == denied]
+    if missing:
+        raise HardFailure(f"Kafka topic(s) {', '.join(missing)} do not exist (routes file {where}); "
+                          "the bridge does not create destination topics: create them, or fix the route")
+    if refused:
+        raise HardFailure(f"not authorised to write Kafka topic(s) {', '.join(refused)} "
+                          f"(routes file {where})")
+
+
+class KafkaSink:
+    """The journal sink of every route whose destination is a Kafka topic."""
+
+    name = SINK_NAME
+
+    def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
+        self.routes = routes
+        self.start = routes.start
+        self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
+        self.transactional_id = f"toymb-{routes.bridge_id}-kafka"
+        self.conf: dict[str, Any] = routes.kafka_config()
+        self.admin = AdminClient(_admin_conf(self.conf))
+        self.destinations = {r.destination.name for r in routes.of_kind("kafka")}
+        if routes.on_error == "dead-letter" and routes.dead_letter_topic:
+            self.destinations.add(routes.dead_letter_topic)
+        check_topics(self.admin, self.destinations, routes.path)
+        ensure_marker_topic(self.admin, routes.marker_topic)
+        self._errors: list[KafkaError] = []
+        producer_conf = {
+            "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
+            **self.conf,
+            "transactional.id": self.transactional_id, "enable.idempotence": True, "acks": "all",
+            "partitioner": "murmur2_random", "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            "delivery.report.only.error": True, "on_delivery": self._on_delivery,
+        }
+        self.producer = Producer(producer_conf)
+        try:
+            # Fences a killed or paused predecessor: its open transaction is aborted here.
+            self.producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            raise self._hard(exc.args[0], "initialising Kafka transactions") from None
+        self.done: Done = read_markers(self.conf, routes.marker_topic, self.transactional_id)
+
+    # ------------------------------------------------------------------ Spark entry point
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        """foreachBatch: route the micro-batch's rows in one transaction (replays are dropped)."""
+        self.write_rows(df.toLocalIterator(prefetchPartitions=True), batch_id)
+
+    def write_rows(self, rows: Iterable[Any], batch_id: int) -> int:
+        """Route ``rows`` (envelope columns, store order) as batch ``batch_id``; returns records sent."""
+        touched: Done = {}
+        sent = failures = looped = handled = 0
+        seconds = 0.0
+        began = False
+        try:
+            for row in rows:
+                topic, partition, offset = row["topic"], int(row["partition"]), int(row["offset"])
+                if offset < self.done.get(topic, {}).get(partition, 0):
+                    continue                      # exported by a committed transaction already
+                seen = touched.setdefault(topic, {})
+                seen[partition] = max(seen.get(partition, 0), offset + 1)
+                route = self.routes.first_match(row)
+                if route is None or route.destination.kind != "kafka":
+                    continue
+                if not began:
+                    self.producer.begin_transaction()
+                    began = True
+                t0 = time.perf_counter()
+                try:
+                    if not self._should_export(row):
+                        looped += 1
+                        continue
+                    self._produce(route.destination.name, route.key_for(row), row,
+                                  headers_for(row, self.routes.bridge_id))
+                    sent += 1
+                except DataError as exc:
+                    failures += 1
+                    self._soft_failure(row, route, exc)
+                finally:
+                    seconds += time.perf_counter() - t0
+                handled += 1
+                if handled % POLL_EVERY == 0:
+                    self.producer.poll(0)
+            if not began:
+                return 0        # nothing for Kafka in this batch: no transaction, no marker needed
+            for topic, offsets in touched.items():
+                merged = {**self.done.get(topic, {}), **offsets}
+                self._send(self.routes.marker_topic, marker_key(self.transactional_id, topic),
+                           encode_marker(batch_id, merged), None)
+            self._commit()
+            began = False
+        except BaseException:
+            if began:
+                self._abort()
+            raise
+        for topic, offsets in touched.items():
+            self.done.setdefault(topic, {}).update(offsets)
+        self.telemetry.routed(self.name, sent, seconds)
+        if looped:
+            self.telemetry.skipped(self.name, looped)
+        log.debug("batch %d: %d record(s) to Kafka, %d failure(s), %d looped", batch_id, sent, failures,
+                  looped)
+        return sent
+
+    def close(self) -> None:
+        self.producer.flush(10)
+
+    # ------------------------------------------------------------------------- internals
+    def _should_export(self, row: Any) -> bool:
+        headers = row_headers(row)
+        if headers.get("jmsbridge.origin") == self.routes.bridge_id:
+            return False
+        return hops_of(headers) < self.routes.max_hops   # a garbled count is a DataError
+
+    def _produce(self, topic: str, key: str, row: Any, headers: dict[str, str]) -> None:
+        body = row["body"]
+        self._send(topic, key.encode("utf-8"), bytes(body) if body is not None else None,
+                   [(k, v.encode("utf-8")) for k, v in headers.items()], timestamp=int(row["timestamp"]))
+
+    def _send(self, topic: str, key: bytes, value: bytes | None, headers: Headers | None,
+              timestamp: int = 0) -> None:
+        for _attempt in range(600):
+            try:
+                self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp)
+                return
+            except BufferError:
+                self.producer.poll(0.1)         # local queue full: let deliveries drain
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise DataError("too-large", f"record for {topic} is larger than Kafka accepts "
+                                                 f"({len(value or b'')} bytes)") from None
+                raise self._hard(error, f"producing to {topic}") from None
+        raise HardFailure(f"the Kafka producer queue stayed full for a minute while producing to {topic}")
+
+    def _soft_failure(self, row: Any, route: Route, exc: DataError) -> None:
+        where = f"message {row['id']} ({row['topic']}/{row['partition']}@{row['offset']}), route {route.name}"
+        self.telemetry.failed(self.name, exc.reason)
+        policy = self.routes.on_error
+        if policy == "fail":
+            raise DataError(exc.reason, f"{where}: {exc}; routing.on-error=fail stops the bridge "
+                                        "(set skip or dead-letter to go on)") from None
+        if policy == "skip":
+            log.warning("skipped %s: %s", where, exc)
+            return
+        log.warning("dead-lettered %s to %s: %s", where, self.routes.dead_letter_topic, exc)
+        headers = row_headers(row)
+        headers.update({"toymb.dlq.reason": exc.reason, "toymb.dlq.error": str(exc)[:1000],
+                        "toymb.dlq.route": route.name, "toymb.dlq.destination": route.destination.name,
+                        "toymb.dlq.source": f"{row['topic']}/{row['partition']}/{row['offset']}",
+                        "toymb.dlq.id": str(row["id"]), "jmsbridge.origin": self.routes.bridge_id})
+        body = row["body"]
+        value = bytes(body) if body is not None else None
+        if value is not None and len(value) > 900_000:
+            value = value[:900_000]        # the reason is in the headers; keep the letter deliverable
+            headers["toymb.dlq.truncated"] = "true"
+        try:
+            self._send(str(self.routes.dead_letter_topic), str(row["id"]).encode(), value,
+                       [(k, v.encode("utf-8", "replace")) for k, v in headers.items()], int(row["timestamp"]))
+        except (DataError, HardFailure) as dlq_exc:
+            raise HardFailure(f"dead-lettering {where} to {self.routes.dead_letter_topic} failed: "
+                              f"{dlq_exc}") from None
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None and len(self._errors) < 100:
+            self._errors.append(err)
+
+    def _commit(self) -> None:
+        try:
+            self.producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            first = self._errors[0] if self._errors else exc.args[0]
+            self._errors.clear()
+            raise self._hard(first, "committing the Kafka transaction") from None
+        if self._errors:           # cannot happen after a successful commit; be loud if it does
+            first = self._errors[0]
+            self._errors.clear()
+            raise self._hard(first, "delivering records")
+
+    def _abort(self) -> None:
+        self._errors.clear()
+        try:
+            self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
+        except KafkaException as exc:
+            log.warning("aborting the Kafka transaction failed (the next start fences it): %s", exc)
+
+    def _hard(self, error: KafkaError, doing: str) -> HardFailure:
+        """A clear HardFailure; for a topic error, re-checks which destination is missing."""
+        if error.code() in _HARD_CODES:
+            try:
+                check_topics(self.admin, self.destinations, self.routes.path)
+            except HardFailure as found:
+                return found
+        return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
+                           f"({error.name()})")
+
+
+def _admin_conf(conf: dict[str, Any]) -> dict[str, Any]:
+    keep = ("bootstrap.servers", "security.protocol", "client.id")
+    return {k: v for k, v in conf.items() if k in keep or k.startswith(("sasl.", "ssl."))}

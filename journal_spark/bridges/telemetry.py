@@ -1,0 +1,86 @@
+"""Routing telemetry of the bridges, the seed's names in Prometheus form.
+
+=========================================================  ==========================================
+seed (JMX)                                                  Prometheus (labels ``jms_bridge_id``, ``sink``)
+=========================================================  ==========================================
+``stream-jms-bridge-metrics[...][routing-latency-avg]``      ``jms_bridge_routing_latency_avg`` (seconds)
+``stream-jms-bridge-metrics[...][routing-success-rate]``     ``jms_bridge_routing_success_total``
+``stream-jms-bridge-metrics[...][routing-failure-rate]``     ``jms_bridge_routing_failure_total``
+=========================================================  ==========================================
+
+The latency is the time to route and convert one record (predicate, key, headers, hand-off to
+the producer), averaged since the job started, as the seed defines it. Counts are since start.
+``jms_bridge_routing_failure_total`` has a ``reason`` label too (``no-key``, ``too-large``, ...),
+and ``jms_bridge_routing_skipped_total`` counts messages not re-exported to prevent a loop.
+One :class:`BridgeTelemetry` per job, shared by every bridge sink, registered once in the
+journal's registry so the numbers are on the journal's ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class BridgeTelemetry(Collector):
+    """Thread-safe routing counters of one bridge (all its sinks)."""
+
+    def __init__(self, bridge_id: str, registry: CollectorRegistry | None = None) -> None:
+        self.bridge_id = bridge_id
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._routed: dict[str, int] = defaultdict(int)
+        self._failed: dict[tuple[str, str], int] = defaultdict(int)
+        self._skipped: dict[str, int] = defaultdict(int)
+        self.registry = registry or CollectorRegistry()
+        self.registry.register(self)
+
+    def routed(self, sink: str, count: int, seconds: float) -> None:
+        """``count`` records routed and converted in ``seconds`` in all."""
+        with self._lock:
+            self._routed[sink] += count
+            self._seconds[sink] += seconds
+
+    def failed(self, sink: str, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self._failed[(sink, reason)] += count
+
+    def skipped(self, sink: str, count: int = 1) -> None:
+        with self._lock:
+            self._skipped[sink] += count
+
+    def counts(self, sink: str) -> tuple[int, int]:
+        """``(successes, failures)`` of one sink, for logs and tests."""
+        with self._lock:
+            return self._routed[sink], sum(n for (s, _), n in self._failed.items() if s == sink)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            routed, seconds = dict(self._routed), dict(self._seconds)
+            failed, skipped = dict(self._failed), dict(self._skipped)
+        avg = GaugeMetricFamily("jms_bridge_routing_latency_avg",
+                                "Average time to route and convert one record, seconds (routing-latency-avg)",
+                                labels=["jms_bridge_id", "sink"])
+        ok = CounterMetricFamily("jms_bridge_routing_success",
+                                 "Records routed since the job started (routing-success-rate)",
+                                 labels=["jms_bridge_id", "sink"])
+        bad = CounterMetricFamily("jms_bridge_routing_failure",
+                                  "Records that failed to route since the job started (routing-failure-rate)",
+                                  labels=["jms_bridge_id", "sink", "reason"])
+        loop = CounterMetricFamily("jms_bridge_routing_skipped",
+                                   "Records not re-exported because of their origin or hop count",
+                                   labels=["jms_bridge_id", "sink"])
+        for sink in sorted(set(routed) | {s for s, _ in failed}):
+            count = routed.get(sink, 0)
+            avg.add_metric([self.bridge_id, sink], seconds.get(sink, 0.0) / count if count else 0.0)
+            ok.add_metric([self.bridge_id, sink], count)
+        for (sink, reason), n in sorted(failed.items()):
+            bad.add_metric([self.bridge_id, sink, reason], n)
+        for sink, n in sorted(skipped.items()):
+            loop.add_metric([self.bridge_id, sink], n)
+        yield from (avg, ok, bad, loop)

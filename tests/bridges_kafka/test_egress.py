@@ -1,0 +1,161 @@
+"""The Kafka egress sink against real Kafka: routing, headers, keys, error policies, hard stops."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from journal_spark.bridges.kafka import KafkaSink
+from journal_spark.bridges.telemetry import BridgeTelemetry
+from journal_spark.routes import DataError, HardFailure, load_routes
+from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
+
+pytestmark = pytest.mark.usefixtures("kafka")
+
+
+def message(topic: str, offset: int, headers: dict[str, str] | None = None, key: str | None = None,
+            body: bytes = b"", partition: int = 0) -> dict[str, Any]:
+    return {"id": f"{topic}-{partition}-{offset}", "topic": topic, "partition": partition, "offset": offset,
+            "key": key, "headers": headers or {}, "timestamp": int(time.time() * 1000),
+            "content_type": "text/plain", "body": body or f"body {offset}".encode()}
+
+
+def headers_of(record: Any) -> dict[str, str]:
+    return {k: v.decode() for k, v in (record.headers() or [])}
+
+
+def test_first_match_routing_headers_and_keys(tmp_path: Path, names: Any) -> None:
+    orders, audit, rest = names("orders"), names("audit"), names("rest")
+    create_topics(orders, audit, rest)
+    bridge = f"edge-{orders}"     # markers are per bridge id: a fresh id per run
+    path = routes_file(tmp_path, f"""bridge.id={bridge}
+routes.vip.predicate=msg.address==shop && msg.header.tier==gold || msg.header.kind=="audit me"
+routes.vip.dest.topic={audit}
+routes.orders.predicate=msg.address==shop
+routes.orders.dest.topic={orders}
+routes.orders.conv.key=msg.header.CorrelationId
+routes.other.predicate=msg.address!=shop
+routes.other.dest.topic={rest}
+""")
+    telemetry = BridgeTelemetry(bridge)
+    sink = KafkaSink(load_routes(path), telemetry)
+    rows = [
+        message("shop", 0, {"tier": "gold", "CorrelationId": "c0", "jms.JMSType": "order"}),   # vip
+        message("shop", 1, {"tier": "silver", "CorrelationId": "c1", "jms.JMSPriority": "4"}),  # orders
+        message("misc", 0, {"kind": "audit me"}),                                               # vip
+        message("misc", 1),                                                                     # other
+        message("shop", 2, {"CorrelationId": "c2", "jmsbridge.origin": bridge}),    # ours: not re-exported
+        message("shop", 3, {"CorrelationId": "c3", "jmsbridge.hops": "4"}),           # too many hops
+    ]
+    assert sink.write_rows(rows, 0) == 4
+    vip = consume_all(audit, expect=2)
+    assert sorted(r.key().decode() for r in vip) == ["misc-0-0", "shop-0-0"]   # no conv.key: message id
+    order = consume_all(orders, expect=1)
+    assert [r.key().decode() for r in order] == ["c1"]                         # key from the header
+    headers = headers_of(order[0])
+    assert headers["jms.JMSPriority"] == "4" and headers["CorrelationId"] == "c1"
+    assert headers["jmsbridge.origin"] == bridge and headers["jmsbridge.hops"] == "1"
+    assert headers["toymb.content_type"] == "text/plain"
+    assert order[0].value() == b"body 1"
+    assert headers_of([r for r in vip if r.key() == b"shop-0-0"][0])["jms.JMSType"] == "order"
+    assert [r.key().decode() for r in consume_all(rest, expect=1)] == ["misc-0-1"]
+    assert telemetry.counts(sink.name) == (4, 0)
+    text = _exposition(telemetry)
+    assert f'jms_bridge_routing_success_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 4.0' in text
+    assert "jms_bridge_routing_latency_avg{" in text
+    assert f'jms_bridge_routing_skipped_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 2.0' in text
+
+
+def _exposition(telemetry: BridgeTelemetry) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(telemetry.registry).decode()
+
+
+ERROR_ROUTES = """bridge.id={dest}
+routing.on-error={policy}
+routing.dead-letter.topic={dlq}
+routes.r.predicate=msg.address==shop
+routes.r.dest.topic={dest}
+routes.r.conv.key=msg.header.CorrelationId
+"""
+
+
+def _bad_rows() -> list[dict[str, Any]]:
+    return [message("shop", 0, {"CorrelationId": "a"}),
+            message("shop", 1, {}),                                        # no key header
+            message("shop", 2, {"CorrelationId": "c", "jmsbridge.hops": "x"}),   # unconvertible hop count
+            message("shop", 3, {"CorrelationId": "d"})]
+
+
+def test_on_error_fail_stops_and_writes_nothing(tmp_path: Path, names: Any) -> None:
+    dest, dlq = names("dest"), names("dlq")
+    create_topics(dest)
+    path = routes_file(tmp_path, ERROR_ROUTES.format(policy="fail", dlq=dlq, dest=dest))
+    sink = KafkaSink(load_routes(path))
+    with pytest.raises(DataError, match=r"shop-0-1.*CorrelationId.*routing.on-error=fail"):
+        sink.write_rows(_bad_rows(), 0)
+    assert consume_all(dest, idle_s=2) == []          # the batch's transaction was aborted
+    assert len(consume_all(dest, read_committed=False, idle_s=2)) <= 1   # (aborted data, never visible)
+
+
+def test_on_error_skip_logs_and_goes_on(tmp_path: Path, names: Any, caplog: pytest.LogCaptureFixture) -> None:
+    dest, dlq = names("dest"), names("dlq")
+    create_topics(dest)
+    telemetry = BridgeTelemetry(dest)
+    path = routes_file(tmp_path, ERROR_ROUTES.format(policy="skip", dlq=dlq, dest=dest))
+    sink = KafkaSink(load_routes(path), telemetry)
+    assert sink.write_rows(_bad_rows(), 0) == 2
+    assert sorted(r.key() for r in consume_all(dest, expect=2)) == [b"a", b"d"]
+    assert "skipped message shop-0-1" in caplog.text and "skipped message shop-0-2" in caplog.text
+    assert telemetry.counts(sink.name) == (2, 2)
+    assert 'reason="no-key"' in _exposition(telemetry) and 'reason="bad-hops"' in _exposition(telemetry)
+
+
+def test_on_error_dead_letter_publishes_reasons(tmp_path: Path, names: Any) -> None:
+    dest, dlq = names("dest"), names("dlq")
+    create_topics(dest, dlq)
+    path = routes_file(tmp_path, ERROR_ROUTES.format(policy="dead-letter", dlq=dlq, dest=dest))
+    sink = KafkaSink(load_routes(path))
+    assert sink.write_rows(_bad_rows(), 0) == 2
+    assert sorted(r.key() for r in consume_all(dest, expect=2)) == [b"a", b"d"]
+    letters = {r.key().decode(): (headers_of(r), r.value()) for r in consume_all(dlq, expect=2)}
+    assert set(letters) == {"shop-0-1", "shop-0-2"}
+    headers, body = letters["shop-0-1"]
+    assert headers["toymb.dlq.reason"] == "no-key" and headers["toymb.dlq.route"] == "r"
+    assert headers["toymb.dlq.source"] == "shop/0/1" and "CorrelationId" in headers["toymb.dlq.error"]
+    assert body == b"body 1"
+    assert letters["shop-0-2"][0]["toymb.dlq.reason"] == "bad-hops"
+
+
+def test_missing_topics_are_a_hard_stop(tmp_path: Path, names: Any) -> None:
+    dest, dlq = names("dest"), names("never-made")
+    create_topics(dest)
+    missing_dest = routes_file(tmp_path, f"routes.r.predicate=msg.address==a\nroutes.r.dest.topic={dlq}\n")
+    with pytest.raises(HardFailure, match=f"{dlq} do not exist"):
+        KafkaSink(load_routes(missing_dest))
+    # a dead-letter topic that is missing is found at startup too, not when the first letter fails
+    missing_dlq = routes_file(tmp_path, ERROR_ROUTES.format(policy="dead-letter", dlq=dlq, dest=dest))
+    with pytest.raises(HardFailure, match=dlq):
+        KafkaSink(load_routes(missing_dlq))
+
+
+def test_replayed_batches_are_not_exported_twice(tmp_path: Path, names: Any) -> None:
+    """A batch id replayed by Spark, or rows re-read after a lost checkpoint, export nothing again,
+    even from a new process-like sink (new producer, markers read back from Kafka)."""
+    dest = names("dest")
+    create_topics(dest, partitions=3)
+    path = routes_file(tmp_path, f"bridge.id={dest}\nroutes.r.predicate=msg.address==shop\n"
+                                 f"routes.r.dest.topic={dest}\n")
+    rows = [message("shop", o, partition=p) for p in range(3) for o in range(50)]
+    first = KafkaSink(load_routes(path))
+    assert first.write_rows(rows[:90], 0) == 90
+    second = KafkaSink(load_routes(path))          # fences `first`, reads its markers
+    assert second.write_rows(rows[:90], 0) == 0    # the same batch again
+    assert second.write_rows(rows, 1) == 60        # an overlapping batch: only the new rows
+    keys = Counter(r.key().decode() for r in consume_all(dest, expect=150))
+    assert len(keys) == 150 and set(keys.values()) == {1}
