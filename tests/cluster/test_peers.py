@@ -54,3 +54,36 @@ def test_a_peer_on_another_database_is_reported(tmp_path: Path) -> None:
     finally:
         node.stop()
         other.stop()
+
+
+def test_forwarding_keeps_the_clients_credentials(tmp_path: Path) -> None:
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    env = {**FAST, "TOYMB_TOKENS": "pub=publish@orders*,root=admin", "TOYMB_CLUSTER_TOKEN": "between-nodes"}
+    nodes = [NodeProcess(tmp_path / n, name=n, env=env, database_url=shared) for n in ("toymb-1", "toymb-2")]
+    try:
+        for node in nodes:
+            node.start()
+        by_name = {n.name: n for n in nodes}
+        root = {"Authorization": "Bearer root"}
+
+        def both_live() -> bool:
+            views = [requests.get(n.url + "/v1/cluster", headers=root, timeout=2).json() for n in nodes]
+            return all(len(v["live"]) == 2 for v in views)
+
+        wait_until(both_live, timeout=20, what="two live nodes")
+        topic = "orders"
+        owner = owner_name(topic, by_name)
+        entry = next(n for n in nodes if n.name != owner)
+        ok = publish(entry.url, topic, "m1", headers={"Authorization": "Bearer pub"})
+        assert ok.status_code == 201 and ok.headers["X-ToyMB-Forwarded-To"] == owner
+        # The client's own token is what is checked: forwarding never widens what a client may do.
+        pub = {"Authorization": "Bearer pub"}
+        assert publish(entry.url, "payments", "m2", headers=pub).status_code == 403
+        assert publish(entry.url, topic, "m3").status_code == 401
+        # A forged hop without the cluster token is not trusted as a peer.
+        forged = publish(by_name[owner].url, topic, "m4",
+                         headers={"X-ToyMB-Cluster-Token": "guess", "X-ToyMB-Forwarded": entry.name})
+        assert forged.status_code == 401
+    finally:
+        for node in nodes:
+            node.stop()
