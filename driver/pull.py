@@ -103,15 +103,33 @@ class PullConsumer:
         with self._lock:
             self._pending[message.partition] = max(message.offset, self._pending.get(message.partition, -1))
 
-    def _admit(self, message: Message) -> bool:
-        """Whether ``message`` may be handled now, keeping each partition in order after a failure."""
-        expected = self._expect.get(message.partition)
-        if expected is None:
-            return True
-        if message.offset == expected:
-            del self._expect[message.partition]
-            return True
-        return False
+    def _admissible(self, batch: list[Message]) -> list[Message]:
+        """The messages of ``batch`` that may be handled now, keeping each partition in order.
+
+        A partition held after a failure admits nothing past the failed offset until that offset
+        comes back, unless the group's committed offset moved past it (another subscriber handled
+        it while the partition was away), which releases the hold.
+        """
+        committed: dict[str, int] | None = None
+        admitted = []
+        for message in batch:
+            expected = self._expect.get(message.partition)
+            if expected is not None and message.offset > expected:
+                if committed is None:
+                    committed = self._committed()
+                if committed.get(str(message.partition), -1) <= expected:
+                    continue
+            if expected is not None and message.offset >= expected:
+                del self._expect[message.partition]
+            admitted.append(message)
+        return admitted
+
+    def _committed(self) -> dict[str, int]:
+        try:
+            found = self.template.group_info(self.topic, self.group).get("committed", {})
+        except ToyMBError:
+            return {}
+        return {str(k): int(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     def _hold(self, unhandled: list[Message]) -> None:
         for message in unhandled:
@@ -138,7 +156,7 @@ class PullConsumer:
         self._stopped.clear()
         self.start()
         while not self._stopped.is_set():
-            batch = [m for m in self.fetch() if self._admit(m)]
+            batch = self._admissible(self.fetch())
             index = 0
             try:
                 for index, message in enumerate(batch):  # noqa: B007 - index is read in finally
@@ -163,8 +181,8 @@ class PullConsumer:
         try:
             while not self._stopped.is_set():
                 failed: list[Message] = []
-                for message in self.fetch():
-                    if not self._admit(message) or any(f.partition == message.partition for f in failed):
+                for message in self._admissible(self.fetch()):
+                    if any(f.partition == message.partition for f in failed):
                         continue
                     try:
                         handler(message)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
 from flask import Flask
 from werkzeug.serving import make_server
 
-from driver import Message, Template, ToyMB
+from driver import Message, NotFound, Template, ToyMB
 from tests.support import NodeProcess, free_port, wait_until
 
 
@@ -56,3 +61,59 @@ def test_flask_app_receives_pushes_once_it_serves(served_app: tuple[Flask, ToyMB
     assert app.extensions["toymb"] is mb
     mb.stop()  # what SIGTERM and interpreter exit do
     assert template.group_info(topic, "shop")["subscribers"] == []
+
+
+FLASK_APP = '''
+import sys
+
+from flask import Flask
+from waitress import serve
+
+from driver import Message, ToyMB
+
+port, topic = int(sys.argv[1]), sys.argv[2]
+app = Flask("shop")
+app.config["TOYMB_ADVERTISE_URL"] = f"http://127.0.0.1:{port}"  # node URLs come from TOYMB_URLS
+mb = ToyMB(app)
+
+
+@mb.subscribe(topic=topic, group="web")
+def on_order(message: Message) -> None:
+    print("got", message.body, flush=True)
+
+
+serve(app, host="127.0.0.1", port=port)
+'''
+
+
+def test_flask_app_under_waitress_deregisters_on_sigterm(node: NodeProcess, template: Template, topic: str,
+                                                          tmp_path: Path) -> None:
+    (tmp_path / "shop.py").write_text(FLASK_APP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+    env["TOYMB_URLS"] = node.url
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "shop.py", str(port), topic], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        def registered() -> bool:
+            if proc.poll() is not None:
+                return True
+            try:
+                return bool(template.group_info(topic, "web")["subscribers"])
+            except NotFound:
+                return False
+
+        wait_until(registered, timeout=30, what="the Flask app registered")
+        assert proc.poll() is None
+        template.send(topic, None, "order-1")
+        wait_until(lambda: template.group_info(topic, "web")["total_lag"] == 0, timeout=30, what="delivery")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "got order-1" in out, out
+    assert proc.returncode == -signal.SIGTERM  # the default SIGTERM action still ends the process
+    assert template.group_info(topic, "web")["subscribers"] == []
