@@ -24,12 +24,12 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokerError
 from .deadletter import dead_letter
 from .groups import GroupStore, Subscriber
+from .lanes import GroupLanes, Lane, Target
 from .push import Outcome, Pusher, backoff_s, batch_body, compat_body, envelope_json
 
 if TYPE_CHECKING:
@@ -38,37 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0
-
-
-@dataclass
-class Lane:
-    position: int = 0          # next offset to push: the committed offset
-    end: int = 0               # a known lower bound of the partition's end offset
-    dirty: bool = True         # a commit touched the partition since it was last read
-    attempts: int = 0          # failed attempts of the message at `position`
-    not_before: float = 0.0    # monotonic time before which it is not retried
-    careful: bool = False      # after a failure, its head message is sent alone
-    busy: bool = False         # a push of this lane is in flight
-    holder: str | None = None  # the push subscriber it is assigned to
-
-
-@dataclass
-class Target:
-    sub: Subscriber
-    partitions: list[int] = field(default_factory=list)
-    busy: bool = False
-    not_before: float = 0.0    # while unreachable, the whole subscriber backs off
-    unreachable_since: float | None = None
-    unreachable_count: int = 0
-    dead_streak: int = 0
-
-
-@dataclass
-class GroupLanes:
-    topic: str
-    group: str
-    lanes: dict[int, Lane] = field(default_factory=dict)
-    targets: dict[str, Target] = field(default_factory=dict)
 
 
 class Dispatcher:
@@ -278,6 +247,9 @@ class Dispatcher:
         more = len(read) >= limit or len(rows) < len(read)
         got = {r.partition for r in rows}
         with self._lock:
+            for r in rows:  # what was read exists: a failed push must find its lane still ready
+                lane = state.lanes[r.partition]
+                lane.end = max(lane.end, r.offset + 1)
             for p in taken:
                 if more:
                     state.lanes[p].dirty = True

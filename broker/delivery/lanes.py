@@ -1,0 +1,44 @@
+"""The dispatcher's in-memory view of push delivery: a cache of SQL, rebuilt from it at any time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .groups import Subscriber
+
+
+@dataclass
+class Lane:
+    """One (topic, group, partition): where its push delivery stands."""
+
+    position: int = 0          # next offset to push: the committed offset
+    end: int = 0               # a known lower bound of the partition's end offset
+    dirty: bool = True         # a commit touched the partition since it was last read
+    attempts: int = 0          # failed attempts of the message at `position`
+    not_before: float = 0.0    # monotonic time before which it is not retried
+    careful: bool = False      # after a failure, its head message is sent alone
+    busy: bool = False         # a push of this lane is in flight
+    holder: str | None = None  # the push subscriber it is assigned to
+
+
+@dataclass
+class Target:
+    """One push subscriber and how it has been answering."""
+
+    sub: Subscriber
+    partitions: list[int] = field(default_factory=list)
+    busy: bool = False
+    not_before: float = 0.0    # while unreachable, the whole subscriber backs off
+    unreachable_since: float | None = None
+    unreachable_count: int = 0
+    dead_streak: int = 0
+
+
+@dataclass
+class GroupLanes:
+    """The lanes and push subscribers of one group of one topic."""
+
+    topic: str
+    group: str
+    lanes: dict[int, Lane] = field(default_factory=dict)
+    targets: dict[str, Target] = field(default_factory=dict)
