@@ -88,7 +88,7 @@ class Membership:
         self.interval = self.settings.heartbeat_ms / 1000.0
         self.lease = self.settings.node_lease_ms / 1000.0
         self.view = View()
-        self.ready = False
+        self._joined = False
         self.peer_status: dict[str, str] = {}
         self._on_view = on_view
         self._lease_deadline = 0.0  # monotonic time at which our own lease lapses
@@ -107,7 +107,7 @@ class Membership:
             log.warning("heartbeat_ms=%d is more than half of node_lease_ms=%d: nodes may flap",
                         self.settings.heartbeat_ms, self.settings.node_lease_ms)
         self.tick()
-        self.ready = True
+        self._joined = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="toymb-membership", daemon=True)
         self._thread.start()
@@ -116,7 +116,7 @@ class Membership:
 
     def stop(self) -> None:
         """Stop heartbeating and mark this node dead, so the others take over at once."""
-        self.ready = False
+        self._joined = False
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -128,6 +128,11 @@ class Membership:
                 conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(heartbeat_ms=0))
         except Exception as exc:  # noqa: BLE001 - the lease expires by itself anyway
             log.info("could not mark %s as stopped: %s", self.me.name, exc)
+
+    @property
+    def ready(self) -> bool:
+        """Registered, and the live set was loaded within our own current lease (``/ready``)."""
+        return self._joined and self.lease_fresh()
 
     def wake(self) -> None:
         """Reload the live set now instead of at the next heartbeat."""

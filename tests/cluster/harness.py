@@ -102,8 +102,9 @@ class Cluster:
 
     def rows(self, topic: str) -> list[tuple[int, int, str]]:
         with self.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
-                'SELECT "partition", "offset", id FROM toymb_messages WHERE topic = :t'), {"t": topic})]
+            query = text('SELECT "partition", "offset", id FROM toymb_messages WHERE topic = :t')
+            result = conn.execute(query, {"t": topic})
+            return [(int(p), int(o), str(i)) for p, o, i in result]
 
     def topic_row(self, topic: str) -> tuple[str | None, int]:
         with self.engine.connect() as conn:
@@ -122,7 +123,7 @@ class Cluster:
             by_partition.setdefault(p, []).append(o)
         with self.engine.connect() as conn:
             query = text('SELECT "partition", next_offset FROM toymb_partitions WHERE topic = :t')
-            ends = dict(conn.execute(query, {"t": topic}).all())
+            ends: dict[int, int] = {int(p): int(n) for p, n in conn.execute(query, {"t": topic})}
         for p, offsets in by_partition.items():
             assert sorted(offsets) == list(range(len(offsets))), f"partition {p} has gaps: {sorted(offsets)}"
             assert ends[p] == len(offsets), f"partition {p}: next_offset {ends[p]} but {len(offsets)} rows"

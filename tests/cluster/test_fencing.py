@@ -50,7 +50,7 @@ def test_a_claim_by_another_node_fences_appends_until_ownership_is_rechecked(app
     client = app.test_client()
     first = client.post("/v1/topics/orders/messages", json={"id": "m0", "key": "k", "body": 0})
     assert first.status_code == 201
-    partition = first.json["partition"]
+    partition = first.get_json()["partition"]
     assert partition == partition_for("k", 100)
     assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 1)]
 
@@ -65,14 +65,14 @@ def test_a_claim_by_another_node_fences_appends_until_ownership_is_rechecked(app
     # Our cached offset (1) is stale and our epoch (1) is superseded: refused, nothing written.
     refused = client.post("/v1/topics/orders/messages", json={"id": "m1", "key": "k", "body": 1})
     assert refused.status_code == 503
-    assert refused.json["error"] == "not_owner" and refused.json["owner"] == "toymb-2"
+    assert refused.get_json()["error"] == "not_owner" and refused.get_json()["owner"] == "toymb-2"
     assert _sql(app, "SELECT count(*) FROM toymb_messages WHERE id = 'm1'") == [(0,)]
 
     # toymb-2 is not live, so after a fresh look at the live set we claim it back, at a new epoch,
     # and append after toymb-2's message instead of over it.
     def accepted() -> dict[str, object] | None:
         answer = client.post("/v1/topics/orders/messages", json={"id": "m1", "key": "k", "body": 1})
-        return answer.json if answer.status_code == 201 else None
+        return answer.get_json() if answer.status_code == 201 else None
 
     stored = wait_until(accepted, timeout=10, what="the topic claimed back")
     assert stored["offset"] == 2
@@ -91,9 +91,9 @@ def test_a_node_whose_own_lease_lapsed_neither_serves_nor_appends(app: Flask) ->
     membership.stop()  # as if paused: no heartbeats, lease gone
     assert not node.owns("orders")
     assert client.get("/ready").status_code == 503
-    assert client.get("/v1/cluster").json["lease_fresh"] is False
+    assert client.get("/v1/cluster").get_json()["lease_fresh"] is False
     refused = client.post("/v1/topics/orders/messages", json={"id": "m1", "body": 1})
-    assert refused.status_code == 503 and refused.json["error"] == "not_owner"
+    assert refused.status_code == 503 and refused.get_json()["error"] == "not_owner"
     # Even a writer that skips the HTTP checks is stopped by the fence inside the transaction.
     from broker.envelope import NewMessage
     from broker.errors import NotOwner
