@@ -72,15 +72,27 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.streaming.stopTimeout", "10s")
+               .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
     if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, and no warning about it
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
     logging.getLogger("py4j").setLevel(logging.WARNING)   # one INFO line per callback otherwise
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")  # "falling behind"
     spark.dataSource.register(StoreDataSource)
     return spark
+
+
+def _quiet(spark: Any, logger: str) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, level)
+    except Exception:  # noqa: BLE001 - only log noise is at stake
+        log.debug("cannot quiet %s", logger)
 
 
 def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMetrics) -> list[Sink]:
@@ -96,8 +108,8 @@ def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMet
     sinks: list[Sink] = [ParquetSink(settings.effective_journal_dir, checkpoints / "parquet.sink", engine,
                                      on_batch=on_batch)]
     if settings.routes:
-        # Bridges (Kafka, JMS) live in journal_spark.bridges, written separately. Until that module
-        # exists a routes file is accepted and ignored, so configurations can be written ahead.
+        # Bridges (Kafka, JMS) live in journal_spark.bridges; their telemetry joins our registry.
+        # A build without that module accepts a routes file and ignores it (journal only).
         try:
             from . import bridges  # type: ignore[attr-defined]
         except ModuleNotFoundError as exc:
@@ -106,7 +118,7 @@ def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMet
             log.warning("routes file %s given, but this build has no bridge module: journaling only",
                         settings.routes)
         else:
-            sinks.extend(bridges.build_sinks(settings, spark))
+            sinks.extend(bridges.build_sinks(settings, spark, metrics))
     return sinks
 
 

@@ -1,0 +1,122 @@
+"""The Must-be-true crash test: SIGKILL the real journal job mid-batch, restart, and find every
+message exactly once in Parquet."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from broker.store.sql import Store
+from journal_spark.metrics import journal_lag
+from journal_spark.parquet import journaled_offsets
+from journal_spark.source import read_end_offsets
+from tests.journal.conftest import assert_journal_matches, fill_store
+from tests.support import free_port, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _numbers(folder: Path) -> list[int]:
+    return [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+
+
+class JournalJob:
+    """A real ``toymb journal run`` process in its own process group (Spark's JVM included)."""
+
+    def __init__(self, data_dir: Path, metrics_port: int, *extra: str) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        env.update({"TOYMB_DATA_DIR": str(data_dir), "TOYMB_JOURNAL_MAX_ROWS": "1000",
+                    "TOYMB_JOURNAL_TRIGGER_MS": "100", "TOYMB_JOURNAL_METRICS_PORT": str(metrics_port),
+                    "TOYMB_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable,
+                    "PYSPARK_DRIVER_PYTHON": sys.executable})
+        self.log = open(data_dir / "journal-job.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker", "journal", "run", *extra], env=env,
+                                     cwd=str(data_dir), stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: the Python driver, the JVM and Spark's Python workers."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    store = fill_store(f"sqlite:///{data / 'toymb.db'}", {"orders": (8, 15000), "audit": (3, 5000)})
+    assert store.count_messages() == 20000
+    checkpoint = data / "checkpoints" / "parquet"
+    pending = data / "checkpoints" / "parquet.sink" / "pending"
+    staging = data / "journal" / "_staging"
+    seed = int(os.environ.get("TOYMB_TEST_SEED", time.time()))
+    rng = random.Random(seed)
+    mid_batch_kills, attempts, where = 0, 0, []
+    port = free_port()
+    scraped = ""
+    while mid_batch_kills < 3:
+        attempts += 1
+        assert attempts <= 8, f"could not kill mid-batch 3 times (seed {seed}, kills at {where})"
+        job = JournalJob(data, port)
+        try:
+            def in_flight(at_least: int = 0) -> bool:
+                assert job.alive(), (data / "journal-job.log").read_text()[-3000:]  # noqa: B023
+                done = _numbers(checkpoint / "commits")
+                planned = _numbers(checkpoint / "offsets")
+                return bool(planned) and max(planned) > max(done, default=-1) and max(planned) >= at_least
+
+            # Spread the kills over the run: let the restarted job get a few batches further first.
+            target = (where[-1][1] + rng.randint(1, 3)) if where else rng.randint(0, 2)
+            wait_until(lambda: in_flight(target), timeout=120, interval=0.02,  # noqa: B023
+                       what=f"batch {target} in flight")
+            if not scraped:
+                scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            mode = rng.choice(["random", "staging", "pending"])
+            if mode == "random":
+                time.sleep(rng.uniform(0, 1.0))
+            elif mode == "staging":
+                wait_until(lambda: any(staging.iterdir()) or not in_flight(), timeout=30, interval=0.005,
+                           what="a staged batch")
+                time.sleep(rng.uniform(0, 0.3))
+            else:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not any(pending.glob("*.json")) and in_flight():
+                    time.sleep(0.001)
+        finally:
+            job.kill()
+        planned, done = _numbers(checkpoint / "offsets"), _numbers(checkpoint / "commits")
+        if planned and max(planned) > max(done, default=-1):
+            mid_batch_kills += 1
+            where.append((mode, max(planned), len(list(staging.iterdir())),
+                          len(list(pending.glob("*.json")))))
+    assert "toymb_journal_lag_total" in scraped
+
+    final = JournalJob(data, port, "--once", "--max-rows", "20000")
+    try:
+        final.proc.wait(timeout=300)
+    finally:
+        final.kill()
+    assert final.proc.returncode == 0, (data / "journal-job.log").read_text()[-3000:]
+
+    assert_journal_matches(data / "journal", store)
+    ends = read_end_offsets(store.engine)
+    assert journaled_offsets(store.engine) == {(t, p): n for t, parts in ends.items()
+                                               for p, n in enumerate(parts)}
+    assert journal_lag(store.engine) == {"audit": 0, "orders": 0}
+    assert not any(pending.glob("*.json")) and not any(staging.iterdir())
+    print(f"seed {seed}: killed mid-batch at {where}")
+    Store.dispose(store)
