@@ -121,6 +121,12 @@ class Template:
         self._preferred = 0
         self._lock = threading.Lock()
 
+    @property
+    def current_url(self) -> str:
+        """The node URL the next call tries first: the last one that answered."""
+        with self._lock:
+            return self.urls[self._preferred]
+
     # -- plumbing -------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, payload: Any = None, params: Mapping[str, Any] | None = None,

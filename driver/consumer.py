@@ -67,6 +67,11 @@ class Consumer:
         self._started = False
 
     @property
+    def subscriber_ids(self) -> list[str]:
+        """The stable subscriber ids this consumer registers, one per subscription."""
+        return list(self._ids)
+
+    @property
     def push_url(self) -> str:
         """The URL registered with the broker."""
         if self.settings.advertise_url:

@@ -87,14 +87,14 @@ def test_a_restarted_consumer_keeps_its_id_and_partitions(node: NodeProcess, tem
         assert first.wait_registered(30) and other.wait_registered(30)
         wait_until(lambda: len(template.group_info(topic, "billing")["subscribers"]) == 2, timeout=30,
                    what="two subscribers")
-        (sid,) = first._ids
+        (sid,) = first.subscriber_ids
         before = sorted(p for p, s in template.group_info(topic, "billing")["assignment"].items() if s == sid)
         assert 0 < len(before) < 100
         first.stop(deregister=False)  # a crash or a redeploy: no goodbye
         restarted = Consumer(handle_a, template=template, app_name="app-a").start()
         try:
             assert restarted.wait_registered(30)
-            assert list(restarted._ids) == [sid]
+            assert restarted.subscriber_ids == [sid]
             info = template.group_info(topic, "billing")
             assert len(info["subscribers"]) == 2  # not a third one, as with a fresh id per start
             after = sorted(p for p, s in info["assignment"].items() if s == sid)
