@@ -46,7 +46,7 @@ class Retention:
             self.deleted = Counter("toymb_retention_deleted", "Message rows deleted by retention",
                                    registry=node.metrics.registry)
         except ValueError:  # already registered by broker.metrics
-            self.deleted = node.metrics.registry._names_to_collectors["toymb_retention_deleted_total"]
+            self.deleted = node.metrics.registry._names_to_collectors["toymb_retention_deleted_total"]  # type: ignore[assignment]
 
     def start(self) -> None:
         if self._thread is None:

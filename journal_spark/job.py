@@ -111,7 +111,7 @@ def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMet
         # Bridges (Kafka, JMS) live in journal_spark.bridges; their telemetry joins our registry.
         # A build without that module accepts a routes file and ignores it (journal only).
         try:
-            from . import bridges  # type: ignore[attr-defined]
+            from . import bridges
         except ModuleNotFoundError as exc:
             if exc.name != f"{__package__}.bridges":
                 raise
