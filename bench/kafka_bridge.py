@@ -1,0 +1,123 @@
+"""Kafka egress bridge throughput against a bare confluent-kafka producer, in the same run.
+
+Both send the same records (same keys, bodies and headers) to fresh topics with the same
+partition count. The bare producer is the ceiling: ``produce`` in a loop, then ``flush``
+(idempotent, acks=all, like the bridge). The bridge is :class:`KafkaSink.write_rows` over
+envelope rows in micro-batches of ``journal_max_rows`` (20,000): routing, key and header
+conversion, one transaction per batch with its markers. Spark's own overhead (the store source)
+is not in this figure; it is the journal's, measured by the journal benchmark.
+
+Target: ``ratio_bridge_vs_bare_producer`` >= 0.5.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.common import own_peak_rss_mb, report, write_results
+
+BOOTSTRAP = "127.0.0.1:9092"
+PARTITIONS = 8
+BATCH = 20_000
+
+
+def _rows(count: int) -> list[dict[str, Any]]:
+    body = b"x" * 200
+    now = int(time.time() * 1000)
+    return [{"id": f"m-{i}", "topic": "orders", "partition": i % PARTITIONS, "offset": i // PARTITIONS,
+             "key": None, "headers": {"CorrelationId": f"c-{i % 1000}", "jms.JMSType": "order"},
+             "timestamp": now, "content_type": "text/plain", "body": body} for i in range(count)]
+
+
+def _create(*topics: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    for future in admin.create_topics([NewTopic(t, num_partitions=PARTITIONS, replication_factor=1)
+                                       for t in topics]).values():
+        future.result(timeout=30)
+
+
+def _delete(*topics: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
+    for future in admin.delete_topics(list(topics)).values():
+        try:
+            future.result(timeout=30)
+        except Exception:  # noqa: BLE001 - cleanup only
+            pass
+
+
+def bare_producer(topic: str, rows: list[dict[str, Any]]) -> float:
+    """Records per second of a plain confluent-kafka producer sending the same records."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 5, "partitioner": "murmur2_random",
+                         "queue.buffering.max.messages": 200000})
+    start = time.perf_counter()
+    for row in rows:
+        headers = {**row["headers"], "jmsbridge.origin": "bare", "jmsbridge.hops": "1"}
+        while True:
+            try:
+                producer.produce(topic, key=row["headers"]["CorrelationId"].encode(), value=row["body"],
+                                 headers=[(k, v.encode()) for k, v in headers.items()],
+                                 timestamp=row["timestamp"])
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+    return len(rows) / (time.perf_counter() - start)
+
+
+def bridge(topic: str, rows: list[dict[str, Any]]) -> float:
+    """Records per second through the bridge sink (transaction + markers per 20,000-row batch)."""
+    from journal_spark.bridges.kafka import KafkaSink
+    from journal_spark.routes import load_routes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "routes.properties"
+        path.write_text(f"kafka.bootstrap.servers={BOOTSTRAP}\nbridge.id=bench-{topic}\n"
+                        f"routes.o.predicate=msg.address==orders\nroutes.o.dest.topic={topic}\n"
+                        "routes.o.conv.key=msg.header.CorrelationId\n")
+        sink = KafkaSink(load_routes(path))
+    start = time.perf_counter()
+    for batch_id, lo in enumerate(range(0, len(rows), BATCH)):
+        sink.write_rows(rows[lo:lo + BATCH], batch_id)
+    rate = len(rows) / (time.perf_counter() - start)
+    sink.close()
+    return rate
+
+
+def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
+    count = 40_000 if quick else 200_000
+    rows = _rows(count)
+    suffix = uuid.uuid4().hex[:8]
+    bare_topic, bridge_topic = f"bench-bare-{suffix}", f"bench-bridge-{suffix}"
+    _create(bare_topic, bridge_topic)
+    try:
+        bare = bare_producer(bare_topic, rows)
+        bridged = bridge(bridge_topic, rows)
+        bare_again = bare_producer(bare_topic, rows)   # interleaved, so load drift hits both sides
+    finally:
+        _delete(bare_topic, bridge_topic)
+    ceiling = (bare + bare_again) / 2
+    results: dict[str, Any] = {
+        "quick": quick, "records": count, "body_bytes": 200, "partitions": PARTITIONS, "batch_rows": BATCH,
+        "bare_producer_msgs_per_s": ceiling, "bridge_msgs_per_s": bridged,
+        "ratio_bridge_vs_bare_producer": bridged / ceiling, "target_ratio": 0.5,
+        "peak_rss_mb": own_peak_rss_mb(),
+    }
+    report("Kafka bridge egress", results)
+    bars = {"bridge / bare producer": results["ratio_bridge_vs_bare_producer"], "target": 0.5}
+    write_results(out_dir, "kafka_bridge", results, bars)
+    return results
+
+
+if __name__ == "__main__":
+    run(quick=True)

@@ -1,0 +1,105 @@
+"""Exactly once across crashes: the journal job is SIGKILLed while it routes 20,000 messages."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from broker.appender import Appender
+from broker.envelope import NewMessage
+from broker.store.sql import Store
+from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, routes_file
+from tests.bridges_kafka.jobproc import JournalProcess
+
+pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.slow, pytest.mark.timeout(600)]
+
+TOTAL = 20_000
+PARTITIONS = 4
+
+
+def _high_watermark(topic: str) -> int:
+    """Records written to ``topic`` so far, committed or not (a transaction in flight shows here)."""
+    consumer = Consumer({"bootstrap.servers": BOOTSTRAP, "group.id": "hw-probe"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in range(PARTITIONS))
+    finally:
+        consumer.close()
+
+
+def _publish_stream(url: str, stop: threading.Event) -> threading.Thread:
+    """Append TOTAL messages to the store in chunks over ~30 s, as producers would."""
+    def run() -> None:
+        store = Store(url)
+        store.create_schema()
+        appender = Appender(store)
+        appender.start()
+        try:
+            topic, _ = store.ensure_topic("orders", PARTITIONS)
+            noise, _ = store.ensure_topic("noise", 1)
+            for start in range(0, TOTAL, 500):
+                batch = [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
+                                    "text/plain", f"order {i}".encode()) for i in range(start, start + 500)]
+                appender.append(topic, batch)
+                appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])
+                if stop.wait(0.75):
+                    return
+        finally:
+            appender.stop()
+            store.dispose()
+
+    thread = threading.Thread(target=run, name="publisher", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, names: Any) -> None:
+    dest = names("crash-orders")
+    create_topics(dest, partitions=PARTITIONS)
+    routes = routes_file(tmp_path, f"bridge.id={dest}\nroutes.o.predicate=msg.address==orders\n"
+                                   f"routes.o.dest.topic={dest}\n")
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    Store(url).create_schema()
+    stop = threading.Event()
+    publisher = _publish_stream(url, stop)
+    rng = random.Random(11)
+    kills = 0
+    job = JournalProcess(tmp_path, url, routes, max_rows=1500)
+    try:
+        while kills < 3:
+            job.start()
+            before = _high_watermark(dest)
+            deadline = time.monotonic() + 240
+            # Kill once this incarnation has begun writing to Kafka, at a random point after that.
+            while _high_watermark(dest) <= before:
+                assert job.proc is not None and job.proc.poll() is None, f"job exited:\n{job.log_tail()}"
+                assert time.monotonic() < deadline, f"no progress:\n{job.log_tail()}"
+                time.sleep(0.2)
+            time.sleep(0 if kills == 0 else rng.uniform(0.0, 2.0))   # the first kill: mid-transaction
+            job.kill()
+            kills += 1
+        publisher.join(120)
+        assert not publisher.is_alive()
+        final = JournalProcess(tmp_path, url, routes, once=True, max_rows=1500).start()
+        assert final.wait(300) == 0, final.log_tail()
+    finally:
+        stop.set()
+        job.kill()
+    records = consume_all(dest, expect=TOTAL, timeout_s=120)
+    written = len(consume_all(dest, expect=TOTAL, read_committed=False, timeout_s=120))
+    print(f"{written - TOTAL} record(s) written by killed transactions, invisible to read_committed")
+    counts = Counter(r.key().decode() for r in records)
+    duplicates = [k for k, n in counts.items() if n > 1]
+    assert not duplicates, f"{len(records) - len(counts)} duplicates, e.g. {duplicates[:5]}"
+    assert set(counts) == {f"m-{i:05d}" for i in range(TOTAL)}
+    sample = records[len(records) // 2]
+    headers = {k: v.decode() for k, v in sample.headers() or []}
+    assert headers["jmsbridge.origin"] == dest and headers["jms.JMSType"] == "order"
+    assert sample.value() == f"order {headers['n']}".encode()
