@@ -82,6 +82,10 @@ class Appender:
         """Drop cached offsets of ``topic`` (another writer may have moved them)."""
         self._queue.put(("forget", topic))
 
+    def drop_cached(self, topic: str) -> None:
+        """Drop cached offsets of ``topic`` now; only for code running on the writer thread (a fence)."""
+        self._next.pop(topic, None)
+
     def append(self, topic: Topic, messages: list[NewMessage], timeout: float = 60.0) -> list[Stored]:
         """Store ``messages`` in ``topic`` and return their coordinates once committed.
 

@@ -100,8 +100,4 @@ class Fence:
     def _drop_cached_offsets(self, topic: str) -> None:
         # We run on the writer thread, before it assigns offsets for this very batch, so the cache
         # must go now (Appender.forget only queues it for the next batch).
-        cache = getattr(self.appender, "_next", None)
-        if isinstance(cache, dict):
-            cache.pop(topic, None)
-        else:
-            self.appender.forget(topic)
+        self.appender.drop_cached(topic)
