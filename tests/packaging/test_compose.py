@@ -1,0 +1,82 @@
+"""docker-compose.yml, run as local processes (no Docker engine on these machines)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from tests.support import ROOT, NodeProcess, free_port, wait_until
+
+TOKENS = "pub=publish,sub=consume,root=admin"
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _resolve(value: Any, env: dict[str, str]) -> str:
+    """Expand ``${NAME:?msg}`` and ``${NAME:-default}`` as compose does."""
+    def sub(match: re.Match[str]) -> str:
+        name, op, rest = match.group(1), match.group(2) or "", match.group(3) or ""
+        if name in env:
+            return env[name]
+        if op == ":-":
+            return rest
+        raise AssertionError(f"compose needs {name}: {rest}")
+
+    return re.sub(r"\$\{([A-Z_]+)(:[-?])?([^}]*)\}", sub, str(value))
+
+
+def test_compose_declares_the_cluster() -> None:
+    services = _compose()["services"]
+    assert {"postgres", "toymb-1", "toymb-2", "toymb-3", "kafka", "activemq", "journal"} <= set(services)
+    assert services["journal"]["command"][:2] == ["journal", "run"]
+    routes = services["journal"]["command"][services["journal"]["command"].index("--routes") + 1]
+    assert (ROOT / "deploy" / Path(routes).name).exists()
+    for name in ("toymb-1", "toymb-2", "toymb-3"):
+        env = services[name]["environment"]
+        assert env["TOYMB_NODE_NAME"] == name and env["TOYMB_DATABASE_URL"].startswith("postgresql://")
+
+
+def test_compose_nodes_form_a_cluster_as_local_processes(tmp_path: Path, pg_url: str) -> None:
+    services = _compose()["services"]
+    nodes: list[NodeProcess] = []
+    try:
+        for name in ("toymb-1", "toymb-2", "toymb-3"):
+            env = {k: _resolve(v, {"TOYMB_TOKENS": TOKENS, "TOYMB_CLUSTER_TOKEN": "cluster-secret"})
+                   for k, v in services[name]["environment"].items()}
+            assert services[name]["command"] == ["serve"]
+            port = free_port()
+            # Only the addresses change: loopback instead of the compose network.
+            env.update(TOYMB_HOST="127.0.0.1", TOYMB_PORT=str(port), TOYMB_NODE_URL=f"http://127.0.0.1:{port}",
+                       TOYMB_DATABASE_URL=pg_url, TOYMB_PUSH_ALLOW="127.0.0.0/8")
+            nodes.append(NodeProcess(tmp_path / name, port=port, name=name, env=env).start(wait=False))
+        for node in nodes:
+            node.wait_ready(timeout=90)
+        auth = {"Authorization": "Bearer root"}
+
+        def all_alive() -> bool:
+            views = [requests.get(n.url + "/v1/cluster", headers=auth, timeout=5).json() for n in nodes]
+            return all(sum(1 for n in view["nodes"] if n["alive"]) == 3 for view in views)
+
+        wait_until(all_alive, timeout=30, what="every node seeing three live nodes")
+        for i, node in enumerate(nodes):
+            def published(node: NodeProcess = node, i: int = i) -> bool:
+                r = requests.post(f"{node.url}/v1/topics/orders/messages", headers={"Authorization": "Bearer pub"},
+                                  json={"id": f"m{i}", "body": {"n": i}}, timeout=10)
+                # 503 not_owner is the documented retryable answer while live sets converge.
+                assert r.status_code in (200, 201, 503), r.text
+                return r.status_code in (200, 201)
+
+            wait_until(published, timeout=20, interval=0.2, what=f"a publish through {node.name}")
+        topic = requests.get(f"{nodes[2].url}/v1/topics/orders", headers=auth, timeout=5).json()
+        assert sum(topic["end_offsets"].values()) == 3
+        denied = requests.post(f"{nodes[1].url}/v1/topics/orders/messages", json={"body": 1}, timeout=5)
+        assert denied.status_code == 401
+    finally:
+        for node in nodes:
+            node.stop()
