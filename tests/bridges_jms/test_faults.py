@@ -1,0 +1,160 @@
+"""Faults: ActiveMQ SIGKILLed and restarted under each ingress QoS; the journal job SIGKILLed during egress.
+
+ActiveMQ is shared with other test folders; it is restarted with services/activemq.sh and waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import requests
+
+from journal_spark.jms.ingress import STARTED
+from journal_spark.jms.stompclient import Frame
+from tests.bridges_jms.conftest import (
+    amq_up,
+    connect,
+    ensure_activemq,
+    restart_activemq,
+    send_all,
+    stored,
+    unique,
+    write_routes,
+)
+from tests.bridges_jms.test_ingress import make_ingress
+from tests.support import ROOT, NodeProcess, wait_until
+
+TOTAL = 5000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("qos", ["AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])
+def test_activemq_killed_during_a_stream(activemq: str, node: NodeProcess, tmp_path: Path, qos: str) -> None:
+    queue, topic = unique(f"kill-{qos.lower()}"), f"kill-{qos.lower().replace('_', '-')}"
+    send_all(f"/queue/{queue}", [(f"m{i}".encode(), {"persistent": "true", "seq": str(i)}) for i in range(TOTAL)])
+    bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", topic, qos=qos, max_batch_size="20",
+                          max_batch_time="100", failure_retry_interval="500", max_retries="-1")
+    try:
+        bridge.start()
+        wait_until(lambda: len(stored(node, topic)) >= 300, timeout=60, what="the stream to start")
+        restart_activemq(kill=True)
+        at_restart = bridge.message_count
+        assert at_restart < TOTAL, "the bridge finished before ActiveMQ was killed; the test proved nothing"
+
+        def settled() -> bool:
+            count = len(stored(node, topic))
+            time.sleep(1.5)
+            return bridge.state == STARTED and count == len(stored(node, topic)) and count >= at_restart
+        wait_until(settled, timeout=120, interval=0.5, what="the bridge to drain the queue")
+    finally:
+        bridge.stop()
+        ensure_activemq()
+    seqs = Counter(m["headers"]["jms.seq"] for m in stored(node, topic))
+    duplicates = {s: n for s, n in seqs.items() if n > 1}
+    missing = TOTAL - len(seqs)
+    if qos == "AT_MOST_ONCE":
+        assert not duplicates, f"AT_MOST_ONCE duplicated {len(duplicates)} messages"
+    elif qos == "DUPLICATES_OK":
+        assert missing == 0, f"DUPLICATES_OK lost {missing} messages"
+    else:
+        assert not duplicates and missing == 0, (len(duplicates), missing)
+        assert sum(seqs.values()) == TOTAL
+
+
+class Collector:
+    """Consumes a JMS queue for the whole test (acking each message), reconnecting if needed."""
+
+    def __init__(self, destination: str) -> None:
+        self.destination = destination
+        self.frames: list[Frame] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            client = connect()
+            try:
+                client.subscribe(self.destination, "c", ack="client-individual",
+                                 headers={"activemq.prefetchSize": "1000"})
+                while not self.stop.is_set():
+                    frame = client.receive(0.2)
+                    if frame is not None:
+                        client.ack(frame.headers["ack"])
+                        self.frames.append(frame)
+            except Exception:  # noqa: BLE001 - reconnect
+                time.sleep(0.5)
+            finally:
+                client.close()
+
+
+def start_job(tmp_path: Path, db: Path, routes: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+    env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "TOYMB_LOG_LEVEL": "WARNING"})
+    cmd = [sys.executable, "-m", "broker", "journal", "run", "--database-url", f"sqlite:///{db}",
+           "--routes", str(routes), "--journal-dir", str(tmp_path / "journal"),
+           "--checkpoint-dir", str(tmp_path / "checkpoints"), "--max-rows", "1500", "--trigger-ms", "300",
+           "--metrics-port", "0", "--master", "local[1]"]
+    return subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_journal_job_sigkilled_three_times_during_egress(activemq: str, node: NodeProcess, tmp_path: Path) -> None:
+    total = 10_000
+    for start in range(0, total, 1000):
+        batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
+                 for i in range(start, start + 1000)]
+        response = requests.post(f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60)
+        assert response.status_code == 201, response.text
+    queue = unique("crash")
+    routes = write_routes(tmp_path / "routes.properties", [
+        f"bridge.id={unique('crash-bridge')}", "routing.start=earliest", "jms.egress.chunk=400",
+        "routes.out.predicate=msg.address==egress", f"routes.out.dest.jms.queue={queue}"])
+    collector = Collector(f"/queue/{queue}")
+    collector.thread.start()
+    log = tmp_path / "job.log"
+    db = node.data_dir / "toymb.db"
+    job = start_job(tmp_path, db, routes, log)
+    kills = 0
+    try:
+        for threshold in (1500, 4000, 6500):
+            # Kill as soon as this much went through (or the job has run for a while).
+            deadline = time.monotonic() + 90
+            while len(collector.frames) < threshold and time.monotonic() < deadline:
+                assert job.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.05)
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+            kills += 1
+            if len(collector.frames) >= total:
+                break
+            job = start_job(tmp_path, db, routes, log)
+        if job.poll() is not None:
+            job = start_job(tmp_path, db, routes, log)
+        wait_until(lambda: len(collector.frames) >= total, timeout=150, interval=0.5, what="all messages in JMS")
+        time.sleep(3)    # anything sent twice would arrive now
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+            try:
+                job.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+        collector.stop.set()
+        collector.thread.join(10)
+    assert kills == 3
+    counts = Counter(f.headers["n"] for f in collector.frames)
+    assert len(counts) == total and set(counts.values()) == {1}, \
+        (total - len(counts), {k: v for k, v in counts.items() if v > 1})
+    assert amq_up()
