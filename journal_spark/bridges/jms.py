@@ -1,4 +1,4 @@
-"""The JMS bridge's entry for :func:`journal_spark.bridges.sinks_for` (the sink is in ``journal_spark.jms``)."""
+"""The JMS bridge's entry for :func:`journal_spark.bridges.sinks_for` (the sink: ``journal_spark.jms``)."""
 
 from __future__ import annotations
 

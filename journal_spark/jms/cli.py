@@ -26,8 +26,14 @@ log = logging.getLogger(__name__)
 
 
 @click.command("jms-ingress")
-@click.option("--routes", "routes_file", envvar="TOYMB_ROUTES", required=True, type=click.Path(dir_okay=False),
-              help="routes properties file with ingress.<name>.jms.queue|jms.topic entries [TOYMB_ROUTES]")
+@click.option(
+    "--routes",
+    "routes_file",
+    envvar="TOYMB_ROUTES",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="routes properties file with ingress.<name>.jms.queue|jms.topic entries [TOYMB_ROUTES]",
+)
 @click.option("--name", "names", multiple=True, help="run only this ingress (repeatable)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address of the management HTTP server")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, envvar="TOYMB_BRIDGE_PORT",
@@ -42,11 +48,15 @@ def jms_ingress(routes_file: str, names: tuple[str, ...], host: str, port: int, 
     except JournalError as exc:
         raise click.ClickException(str(exc)) from None
     if not configs:
-        raise click.ClickException(f"{routes_file} has no JMS ingress (ingress.<name>.jms.queue or jms.topic)")
+        raise click.ClickException(
+            f"{routes_file} has no JMS ingress (ingress.<name>.jms.queue or jms.topic)"
+        )
     metrics = JmsMetrics()
     bridges = {c.name: JmsIngress(c, metrics) for c in configs}
     server = ManagementServer(bridges, metrics.registry, host, port).start()  # type: ignore[arg-type]
-    click.echo(f"jms-ingress: {', '.join(bridges)}; management on http://{host}:{server.port}/bridges", err=True)
+    click.echo(
+        f"jms-ingress: {', '.join(bridges)}; management on http://{host}:{server.port}/bridges", err=True
+    )
     stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: Any) -> None:

@@ -118,7 +118,9 @@ def parse_ingress(route: IngressRoute, routes: Routes) -> IngressConfig:
         raise JmsConfigError(f"{where}: max-batch-size must be >= 1, not {size}")
     batch_time = _int(opts.get("max-batch-time", "500"), "max-batch-time", where)
     if batch_time != -1 and batch_time < 1:
-        raise JmsConfigError(f"{where}: max-batch-time must be -1 (no age limit) or >= 1 ms, not {batch_time}")
+        raise JmsConfigError(
+            f"{where}: max-batch-time must be -1 (no age limit) or >= 1 ms, not {batch_time}"
+        )
     retries = _int(opts.get("max-retries", "-1"), "max-retries", where)
     if retries < -1:
         raise JmsConfigError(f"{where}: max-retries must be -1 (forever), 0 or more, not {retries}")
@@ -131,8 +133,10 @@ def parse_ingress(route: IngressRoute, routes: Routes) -> IngressConfig:
     subscription = opts.get("subscription-name") or None
     client_id = opts.get("client-id") or stomp.client_id
     if subscription and kind != "topic":
-        raise JmsConfigError(f"{where}: subscription-name is for a durable topic subscription, but the source "
-                             f"is the queue {route.source.name!r}")
+        raise JmsConfigError(
+            f"{where}: subscription-name is for a durable topic subscription, but the source "
+            f"is the queue {route.source.name!r}"
+        )
     if subscription and not client_id:
         raise JmsConfigError(f"{where}: a durable subscription (subscription-name={subscription}) needs a "
                              "client-id (ingress.<name>.client-id or jms.client.id)")
@@ -142,12 +146,26 @@ def parse_ingress(route: IngressRoute, routes: Routes) -> IngressConfig:
                              "the bridge reconnects")
     selector = opts.get("selector", "").strip() or None
     return IngressConfig(
-        name=route.name, bridge_id=routes.bridge_id, source_kind=kind, source=route.source.name,
-        dest_topic=route.dest_topic, broker_url=route.broker_url, stomp=stomp, token=opts.get("token") or None,
-        selector=selector, qos=qos, max_batch_size=size, max_batch_time_ms=batch_time,
-        failure_retry_interval_ms=interval, max_retries=retries, subscription_name=subscription,
+        name=route.name,
+        bridge_id=routes.bridge_id,
+        source_kind=kind,
+        source=route.source.name,
+        dest_topic=route.dest_topic,
+        broker_url=route.broker_url,
+        stomp=stomp,
+        token=opts.get("token") or None,
+        selector=selector,
+        qos=qos,
+        max_batch_size=size,
+        max_batch_time_ms=batch_time,
+        failure_retry_interval_ms=interval,
+        max_retries=retries,
+        subscription_name=subscription,
         client_id=client_id if (subscription or opts.get("client-id")) else None,
-        add_message_id=_bool(opts.get("add-message-id-in-header", "false"), "add-message-id-in-header", where))
+        add_message_id=_bool(
+            opts.get("add-message-id-in-header", "false"), "add-message-id-in-header", where
+        ),
+    )
 
 
 def ingress_configs(routes: Routes, names: tuple[str, ...] = ()) -> list[IngressConfig]:

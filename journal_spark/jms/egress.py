@@ -138,7 +138,9 @@ class JmsSink:
             client.close()
             raise
         self.client, self.done, self.held = client, done, held
-        log.info("JMS egress connected to %s; resuming after the marker of %d topic(s)", self.stomp.url, len(done))
+        log.info(
+            "JMS egress connected to %s; resuming after the marker of %d topic(s)", self.stomp.url, len(done)
+        )
 
     def _export(self, rows: list[Any], batch_id: int) -> int:
         client = self.client
@@ -213,7 +215,9 @@ class JmsSink:
         headers = headers_for(row, self.routes.bridge_id)
         opts = route.options
         if "jms.persistent" in opts and "jms.JMSDeliveryMode" not in headers:
-            headers["jms.JMSDeliveryMode"] = "PERSISTENT" if opts["jms.persistent"] == "true" else "NON_PERSISTENT"
+            headers["jms.JMSDeliveryMode"] = (
+                "PERSISTENT" if opts["jms.persistent"] == "true" else "NON_PERSISTENT"
+            )
         if "jms.priority" in opts and "jms.JMSPriority" not in headers:
             headers["jms.JMSPriority"] = opts["jms.priority"]
         if "jms.ttl.ms" in opts and "jms.JMSExpiration" not in headers:

@@ -74,7 +74,9 @@ class JmsIngress:
             self._paused.clear()
             self.last_error = None
             self._set_state(STARTED)
-            self._thread = threading.Thread(target=self._run, name=f"jms-ingress-{self.config.name}", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name=f"jms-ingress-{self.config.name}", daemon=True
+            )
             self._thread.start()
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -99,10 +101,18 @@ class JmsIngress:
             self._set_state(STARTED)
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.config.name, "kind": "jms-ingress", "state": self.state,
-                "failed": self.state == FAILED, "message_count": self.message_count,
-                "aborted_count": self.aborted_count, "batches": self.batch_count, "last_error": self.last_error,
-                "connection_attempts": len(self.attempts), "parameters": describe(self.config)}
+        return {
+            "name": self.config.name,
+            "kind": "jms-ingress",
+            "state": self.state,
+            "failed": self.state == FAILED,
+            "message_count": self.message_count,
+            "aborted_count": self.aborted_count,
+            "batches": self.batch_count,
+            "last_error": self.last_error,
+            "connection_attempts": len(self.attempts),
+            "parameters": describe(self.config),
+        }
 
     def _set_state(self, state: str) -> None:
         self.state = state
@@ -132,8 +142,14 @@ class JmsIngress:
                     self._fail(f"{exc} (gave up after {failures} retries)")
                     return
                 failures += 1
-                log.warning("JMS ingress %s: %s; retry %d%s in %d ms", cfg.name, exc, failures,
-                            "" if cfg.max_retries == -1 else f"/{cfg.max_retries}", cfg.failure_retry_interval_ms)
+                log.warning(
+                    "JMS ingress %s: %s; retry %d%s in %d ms",
+                    cfg.name,
+                    exc,
+                    failures,
+                    "" if cfg.max_retries == -1 else f"/{cfg.max_retries}",
+                    cfg.failure_retry_interval_ms,
+                )
             finally:
                 if client is not None:
                     client.close()
@@ -162,7 +178,9 @@ class JmsIngress:
                 raise JmsConfigError(f"JMS ingress {cfg.name}: ActiveMQ refused the selector "
                                      f"{cfg.selector!r}: {exc}") from None
             raise
-        log.info("JMS ingress %s: consuming %s (%s) into %s", cfg.name, cfg.destination, cfg.qos, cfg.dest_topic)
+        log.info(
+            "JMS ingress %s: consuming %s (%s) into %s", cfg.name, cfg.destination, cfg.qos, cfg.dest_topic
+        )
         return client
 
     def _pump(self, client: StompClient) -> None:
@@ -259,7 +277,9 @@ class JmsIngress:
         if response.status_code >= 500 or response.status_code in (401, 403, 404, 408, 429):
             raise PublishFailed(f"publishing to {url}: HTTP {response.status_code} {response.text[:200]}")
         if response.status_code >= 400:
-            log.warning("JMS ingress %s: HTTP %d: %s", self.config.name, response.status_code, response.text[:300])
+            log.warning(
+                "JMS ingress %s: HTTP %d: %s", self.config.name, response.status_code, response.text[:300]
+            )
         return int(response.status_code)
 
 

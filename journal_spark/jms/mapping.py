@@ -201,12 +201,12 @@ def from_stomp(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         decoded = decode_name(name)
         out_headers[decoded if decoded in bridge_own else f"jms.{decoded}"] = value
     for stomp_name, header in STOMP_TO_FIELD.items():
-        value = headers.get(stomp_name)
-        if value is None or (stomp_name == "expires" and value == "0"):
+        field = headers.get(stomp_name)
+        if field is None or (stomp_name == "expires" and field == "0"):
             continue
         if stomp_name == "persistent":
-            value = "PERSISTENT" if value == "true" else "NON_PERSISTENT"
-        out_headers[header] = value
+            field = "PERSISTENT" if field == "true" else "NON_PERSISTENT"
+        out_headers[header] = field
     if "persistent" not in headers:
         out_headers["jms.JMSDeliveryMode"] = "NON_PERSISTENT"
     for stomp_name, header in INFO_FIELDS.items():

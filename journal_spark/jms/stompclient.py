@@ -126,7 +126,9 @@ class StompClient:
 
     def _check(self) -> stomp.Connection12:
         if self.conn is None or not self.alive or self.error:
-            raise JmsConnectionError(f"connection to {self.url} lost" + (f": {self.error}" if self.error else ""))
+            raise JmsConnectionError(
+                f"connection to {self.url} lost" + (f": {self.error}" if self.error else "")
+            )
         return self.conn
 
     def _call(self, what: str, fn: object, *args: object, **kwargs: object) -> None:
@@ -152,7 +154,9 @@ class StompClient:
                 self.receipts.discard(receipt)
                 return
         self.alive = False
-        raise JmsConnectionError(f"no receipt {receipt} from {self.url}" + (f": {self.error}" if self.error else ""))
+        raise JmsConnectionError(
+            f"no receipt {receipt} from {self.url}" + (f": {self.error}" if self.error else "")
+        )
 
     def new_receipt(self) -> str:
         return f"r-{next(_counter)}"

@@ -39,7 +39,9 @@ def row(i: int, topic: str = "orders", partition: int = 0, **extra: Any) -> dict
     return base
 
 
-def sink_for(tmp_path: Path, queue: str, bridge: str | None = None, extra: list[str] | None = None) -> JmsSink:
+def sink_for(
+    tmp_path: Path, queue: str, bridge: str | None = None, extra: list[str] | None = None
+) -> JmsSink:
     routes = write_routes(tmp_path / f"routes-{queue}.properties", [
         f"bridge.id={bridge or unique('bridge')}",
         "routes.out.predicate=msg.address==orders",

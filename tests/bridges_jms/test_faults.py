@@ -40,7 +40,9 @@ TOTAL = 5000
 @pytest.mark.parametrize("qos", ["AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])
 def test_activemq_killed_during_a_stream(activemq: str, node: NodeProcess, tmp_path: Path, qos: str) -> None:
     queue, topic = unique(f"kill-{qos.lower()}"), f"kill-{qos.lower().replace('_', '-')}"
-    send_all(f"/queue/{queue}", [(f"m{i}".encode(), {"persistent": "true", "seq": str(i)}) for i in range(TOTAL)])
+    send_all(
+        f"/queue/{queue}", [(f"m{i}".encode(), {"persistent": "true", "seq": str(i)}) for i in range(TOTAL)]
+    )
     bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", topic, qos=qos, max_batch_size="20",
                           max_batch_time="100", failure_retry_interval="500", max_retries="-1")
     try:
@@ -110,12 +112,16 @@ def start_job(tmp_path: Path, db: Path, routes: Path, log: Path) -> subprocess.P
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_journal_job_sigkilled_three_times_during_egress(activemq: str, node: NodeProcess, tmp_path: Path) -> None:
+def test_journal_job_sigkilled_three_times_during_egress(
+    activemq: str, node: NodeProcess, tmp_path: Path
+) -> None:
     total = 10_000
     for start in range(0, total, 1000):
         batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
                  for i in range(start, start + 1000)]
-        response = requests.post(f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60)
+        response = requests.post(
+            f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60
+        )
         assert response.status_code == 201, response.text
     queue = unique("crash")
     routes = write_routes(tmp_path / "routes.properties", [
@@ -142,7 +148,9 @@ def test_journal_job_sigkilled_three_times_during_egress(activemq: str, node: No
             job = start_job(tmp_path, db, routes, log)
         if job.poll() is not None:
             job = start_job(tmp_path, db, routes, log)
-        wait_until(lambda: len(collector.frames) >= total, timeout=150, interval=0.5, what="all messages in JMS")
+        wait_until(
+            lambda: len(collector.frames) >= total, timeout=150, interval=0.5, what="all messages in JMS"
+        )
         time.sleep(3)    # anything sent twice would arrive now
     finally:
         if job.poll() is None:

@@ -23,8 +23,13 @@ from tests.support import NodeProcess, free_port, wait_until
 
 def make_ingress(tmp_path: Path, node_url: str, source: str, topic: str, bridge: str = "in-1",
                  port: int = 61613, metrics: JmsMetrics | None = None, **opts: str) -> JmsIngress:
-    lines = [f"bridge.id={bridge}", f"jms.stomp.port={port}", f"ingress.i.{source}", f"ingress.i.dest.topic={topic}",
-             f"ingress.i.broker.url={node_url}"]
+    lines = [
+        f"bridge.id={bridge}",
+        f"jms.stomp.port={port}",
+        f"ingress.i.{source}",
+        f"ingress.i.dest.topic={topic}",
+        f"ingress.i.broker.url={node_url}",
+    ]
     lines += [f"ingress.i.{k.replace('_', '-')}={v}" for k, v in opts.items()]
     path = write_routes(tmp_path / f"in-{unique('r')}.properties", lines)
     (config,) = ingress_configs(load_routes(path))
@@ -45,12 +50,25 @@ def test_selector_mapping_and_bodies(activemq: str, node: NodeProcess, tmp_path:
     bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", topic, selector="color = 'red'",
                           qos="ONCE_AND_ONLY_ONCE", max_batch_time="100")
     running.append(bridge)
-    send_all(f"/queue/{queue}", [
-        (b"red text", {"color": "red", "persistent": "true", "correlation-id": "c-1", "reply-to": "/queue/back",
-                       "type": "greeting", "priority": "6", "trace_DOT_id": "t-9"}),
-        (b"blue", {"color": "blue"}),
-        (bytes([0, 1, 255]), {"color": "red", "content-length": "3"}),
-    ])
+    send_all(
+        f"/queue/{queue}",
+        [
+            (
+                b"red text",
+                {
+                    "color": "red",
+                    "persistent": "true",
+                    "correlation-id": "c-1",
+                    "reply-to": "/queue/back",
+                    "type": "greeting",
+                    "priority": "6",
+                    "trace_DOT_id": "t-9",
+                },
+            ),
+            (b"blue", {"color": "blue"}),
+            (bytes([0, 1, 255]), {"color": "red", "content-length": "3"}),
+        ],
+    )
     bridge.start()
     found = wait_stored(node, topic, 2)
     time.sleep(0.5)
@@ -63,7 +81,10 @@ def test_selector_mapping_and_bodies(activemq: str, node: NodeProcess, tmp_path:
     assert h["jms.color"] == "red" and h["jms.trace.id"] == "t-9"
     assert h["jms.JMSCorrelationID"] == "c-1" and h["jms.JMSReplyTo"] == "/queue/back"
     assert h["jms.JMSType"] == "greeting" and h["jms.JMSPriority"] == "6"
-    assert h["jms.JMSDeliveryMode"] == "PERSISTENT" and data["headers"]["jms.JMSDeliveryMode"] == "NON_PERSISTENT"
+    assert (
+        h["jms.JMSDeliveryMode"] == "PERSISTENT"
+        and data["headers"]["jms.JMSDeliveryMode"] == "NON_PERSISTENT"
+    )
     assert h["jmsbridge.origin"] == "in-1"
     assert text["id"] == h["jms.JMSMessageID"] and text["id"].startswith("ID:")   # ONCE_AND_ONLY_ONCE
     # the blue message stays in ActiveMQ for someone else
@@ -76,8 +97,9 @@ def test_selector_mapping_and_bodies(activemq: str, node: NodeProcess, tmp_path:
         client.close()
 
 
-def test_durable_subscription_gets_what_was_sent_while_offline(activemq: str, node: NodeProcess, tmp_path: Path,
-                                                               running: list[JmsIngress]) -> None:
+def test_durable_subscription_gets_what_was_sent_while_offline(
+    activemq: str, node: NodeProcess, tmp_path: Path, running: list[JmsIngress]
+) -> None:
     jms_topic, topic = unique("dur"), "dur-in"
     opts = {"subscription_name": "sub-a", "client_id": unique("client"), "max_batch_time": "100"}
     first = make_ingress(tmp_path, node.url, f"jms.topic={jms_topic}", topic, **opts)
@@ -106,10 +128,26 @@ def test_durable_subscription_gets_what_was_sent_while_offline(activemq: str, no
 def test_message_id_list_across_two_hops(activemq: str, node: NodeProcess, tmp_path: Path,
                                          running: list[JmsIngress]) -> None:
     q1, q2 = unique("hop1"), unique("hop2")
-    hop1 = make_ingress(tmp_path, node.url, f"jms.queue={q1}", "hop-a", bridge="a", add_message_id_in_header="true",
-                        qos="ONCE_AND_ONLY_ONCE", max_batch_time="100")
-    hop2 = make_ingress(tmp_path, node.url, f"jms.queue={q2}", "hop-b", bridge="b", add_message_id_in_header="true",
-                        qos="ONCE_AND_ONLY_ONCE", max_batch_time="100")
+    hop1 = make_ingress(
+        tmp_path,
+        node.url,
+        f"jms.queue={q1}",
+        "hop-a",
+        bridge="a",
+        add_message_id_in_header="true",
+        qos="ONCE_AND_ONLY_ONCE",
+        max_batch_time="100",
+    )
+    hop2 = make_ingress(
+        tmp_path,
+        node.url,
+        f"jms.queue={q2}",
+        "hop-b",
+        bridge="b",
+        add_message_id_in_header="true",
+        qos="ONCE_AND_ONLY_ONCE",
+        max_batch_time="100",
+    )
     running.extend([hop1, hop2])
     send_all(f"/queue/{q1}", [(b"request", {"persistent": "true"})])
     hop1.start()
@@ -117,8 +155,10 @@ def test_message_id_list_across_two_hops(activemq: str, node: NodeProcess, tmp_p
     id1 = first["headers"]["jms.JMSMessageID"]
     assert first["headers"]["AMQ_BRIDGE_MSG_ID_LIST"] == id1
     # hop-a -> JMS queue q2 through the egress sink of another bridge, then back in by hop2.
-    routes = write_routes(tmp_path / "egress.properties", ["bridge.id=c", "routes.r.predicate=msg.address==hop-a",
-                                                           f"routes.r.dest.jms.queue={q2}"])
+    routes = write_routes(
+        tmp_path / "egress.properties",
+        ["bridge.id=c", "routes.r.predicate=msg.address==hop-a", f"routes.r.dest.jms.queue={q2}"],
+    )
     sink = JmsSink(load_routes(routes))
     try:
         row = {**first, "topic": "hop-a", "timestamp": 0}
@@ -239,8 +279,9 @@ class Proxy:
             self.server.close()
 
 
-def test_retries_follow_the_interval_then_failed_then_restart(activemq: str, node: NodeProcess, tmp_path: Path,
-                                                              running: list[JmsIngress]) -> None:
+def test_retries_follow_the_interval_then_failed_then_restart(
+    activemq: str, node: NodeProcess, tmp_path: Path, running: list[JmsIngress]
+) -> None:
     port = free_port()
     queue = unique("retry")
     metrics = JmsMetrics()

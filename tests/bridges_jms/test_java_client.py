@@ -14,8 +14,16 @@ from tests.bridges_jms.conftest import stored, unique, wait_stored, write_routes
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.support import NodeProcess, need_service
 
-JARS = [f"/usr/share/java/{name}.jar" for name in
-        ("activemq-client", "geronimo-jms_1.1_spec", "hawtbuf", "slf4j-api", "geronimo-j2ee-management-1.1-spec")]
+JARS = [
+    f"/usr/share/java/{name}.jar"
+    for name in (
+        "activemq-client",
+        "geronimo-jms_1.1_spec",
+        "hawtbuf",
+        "slf4j-api",
+        "geronimo-j2ee-management-1.1-spec",
+    )
+]
 PROBE = Path(__file__).with_name("JmsProbe.java")
 
 
@@ -24,8 +32,14 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
     need_service(shutil.which("java") is not None and all(Path(j).exists() for j in JARS),
                  "java and Debian's ActiveMQ client jars (apt-get install activemq)")
     out_queue, in_queue = unique("java-out"), unique("java-in")
-    routes = write_routes(tmp_path / "routes.properties", [
-        "bridge.id=java-bridge", "routes.r.predicate=msg.address==orders", f"routes.r.dest.jms.queue={out_queue}"])
+    routes = write_routes(
+        tmp_path / "routes.properties",
+        [
+            "bridge.id=java-bridge",
+            "routes.r.predicate=msg.address==orders",
+            f"routes.r.dest.jms.queue={out_queue}",
+        ],
+    )
     binary = bytes([0, 1, 2, 250, 255])
     rows = [
         {"id": "t1", "topic": "orders", "partition": 0, "offset": 0, "key": "k", "timestamp": 0,
@@ -45,8 +59,12 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
                           qos="ONCE_AND_ONLY_ONCE")
     bridge.start()
     try:
-        result = subprocess.run(["java", "-cp", ":".join(JARS), str(PROBE), "tcp://127.0.0.1:61616", out_queue, "2",
-                                 in_queue], capture_output=True, text=True, timeout=90)
+        result = subprocess.run(
+            ["java", "-cp", ":".join(JARS), str(PROBE), "tcp://127.0.0.1:61616", out_queue, "2", in_queue],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         lines = [line for line in result.stdout.splitlines() if line.startswith(("TEXT", "BYTES", "SENT"))]
         assert lines[0] == f"TEXT corr-42 order 8 true red t-7 1 {'héllo'.encode().hex()}"
