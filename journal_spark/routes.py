@@ -139,7 +139,7 @@ class Route:
         value = field_of(row, self.conv_key)
         if value is None or value == "":
             raise DataError("no-key",
-                            f"route {self.name}: message {row['id']} has no {self.conv_key} for the key")
+                            f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
         return str(value)
 
 

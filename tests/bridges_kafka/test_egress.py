@@ -159,3 +159,35 @@ def test_replayed_batches_are_not_exported_twice(tmp_path: Path, names: Any) -> 
     assert second.write_rows(rows, 1) == 60        # an overlapping batch: only the new rows
     keys = Counter(r.key().decode() for r in consume_all(dest, expect=150))
     assert len(keys) == 150 and set(keys.values()) == {1}
+
+
+def test_routing_telemetry_is_on_the_journals_metrics(tmp_path: Path, names: Any) -> None:
+    """build_sinks (as the journal job calls it) registers the seed's metrics in the journal's registry."""
+    import requests
+
+    from broker.config import load
+    from journal_spark import bridges
+    from journal_spark.metrics import JournalMetrics
+    from tests.support import free_port
+
+    dest = names("metrics")
+    create_topics(dest)
+    path = routes_file(tmp_path, f"bridge.id={dest}\nrouting.on-error=skip\n"
+                                 f"routes.r.predicate=msg.address==shop\nroutes.r.dest.topic={dest}\n"
+                                 "routes.r.conv.key=msg.header.k\n")
+    metrics = JournalMetrics()
+    port = metrics.serve("127.0.0.1", free_port())
+    try:
+        (sink,) = bridges.build_sinks(load(env={}, overrides={"routes": str(path)}), None, metrics)
+        rows = [message("shop", 0, {"k": "a"}), message("shop", 1, {"k": "b"}), message("shop", 2)]
+        sink.write_rows(rows, 0)
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    finally:
+        metrics.close()
+    labels = f'jms_bridge_id="{dest}",sink="kafka.bridge"'
+    assert f"jms_bridge_routing_success_total{{{labels}}} 2.0" in text
+    failures = [line for line in text.splitlines() if line.startswith("jms_bridge_routing_failure_total{")]
+    assert len(failures) == 1 and 'reason="no-key"' in failures[0] and failures[0].endswith(" 1.0")
+    prefix = f"jms_bridge_routing_latency_avg{{{labels}}}"
+    average = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert average and float(average[0].split()[-1]) > 0

@@ -118,3 +118,37 @@ def test_sigkilled_ingress_stores_each_record_once(tmp_path: Path, names: Any) -
         assert headers["jms.JMSType"] == "reply" and headers["jmsbridge.origin"] == source
         assert headers["jmsbridge.hops"] == "1" and "toymb.content_type" not in headers
         assert row.content_type == ("text/plain" if n % 2 else "application/octet-stream")
+
+
+def test_ingress_dead_letters_undecodable_records_and_keeps_going(tmp_path: Path, names: Any) -> None:
+    import threading
+
+    from journal_spark.bridges.kafka_ingress import KafkaIngress
+    from journal_spark.routes import load_routes
+
+    source, dlq = names("ingress-bad"), names("ingress-dlq")
+    create_topics(source, dlq)
+    producer = Producer({"bootstrap.servers": BOOTSTRAP})
+    producer.produce(source, key=b"good-1", value=b"one", headers=[("jmsbridge.hops", b"1")])
+    producer.produce(source, key=b"\xff\xfe", value=b"bad key")                       # not UTF-8
+    producer.produce(source, key=b"good-2", value=b"two", headers=[("h", b"\xc3\x28")])  # bad header
+    producer.produce(source, key=b"looped", value=b"three", headers=[("jmsbridge.hops", b"4")])
+    producer.produce(source, key=b"good-3", value=None)                                 # a tombstone
+    assert producer.flush(30) == 0
+    db = tmp_path / "broker.db"
+    with NodeProcess(tmp_path / "node", database_url=f"sqlite:///{db}") as node:
+        routes = load_routes(routes_file(tmp_path, f"bridge.id={source}\nrouting.on-error=dead-letter\n"
+                                                   f"routing.dead-letter.topic={dlq}\n"
+                                                   f"ingress.in.kafka.topic={source}\ningress.in.dest.topic=landed\n"
+                                                   f"ingress.in.broker.url={node.url}\n"))
+        KafkaIngress(routes, routes.ingress[0]).run(threading.Event(), idle_exit_s=2)
+    stored = {r.key: r for r in _stored(db, "landed")}
+    assert set(stored) == {"good-1", "good-3"}          # the looped record (4 hops) stays out
+    assert json.loads(stored["good-1"].headers)["jmsbridge.hops"] == "2"
+    assert bytes(stored["good-3"].body) == b""
+    letters = {r.value(): {k: v.decode(errors="replace") for k, v in r.headers() or []}
+               for r in consume_all(dlq, expect=2)}
+    assert set(letters) == {b"bad key", b"two"}
+    assert letters[b"bad key"]["toymb.dlq.reason"] == "bad-key"
+    assert letters[b"two"]["toymb.dlq.reason"] == "bad-header"
+    assert letters[b"two"]["toymb.dlq.source"] == f"kafka:{source}:0:2"
