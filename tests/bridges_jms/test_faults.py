@@ -63,6 +63,8 @@ def test_activemq_killed_during_a_stream(activemq: str, node: NodeProcess, tmp_p
     seqs = Counter(m["headers"]["jms.seq"] for m in stored(node, topic))
     duplicates = {s: n for s, n in seqs.items() if n > 1}
     missing = TOTAL - len(seqs)
+    print(f"{qos}: {len(seqs)} distinct of {TOTAL}, {len(duplicates)} duplicated, {missing} lost, "
+          f"{bridge.aborted_count} aborted")
     if qos == "AT_MOST_ONCE":
         assert not duplicates, f"AT_MOST_ONCE duplicated {len(duplicates)} messages"
     elif qos == "DUPLICATES_OK":
@@ -133,6 +135,7 @@ def test_journal_job_sigkilled_three_times_during_egress(
     db = node.data_dir / "toymb.db"
     job = start_job(tmp_path, db, routes, log)
     kills = 0
+    began = time.monotonic()
     try:
         for threshold in (1500, 4000, 6500):
             # Kill as soon as this much went through (or the job has run for a while).
@@ -143,6 +146,7 @@ def test_journal_job_sigkilled_three_times_during_egress(
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(30)
             kills += 1
+            print(f"kill {kills} at {time.monotonic() - began:.1f}s with {len(collector.frames)} in JMS")
             if len(collector.frames) >= total:
                 break
             job = start_job(tmp_path, db, routes, log)
@@ -161,6 +165,7 @@ def test_journal_job_sigkilled_three_times_during_egress(
                 os.killpg(job.pid, signal.SIGKILL)
         collector.stop.set()
         collector.thread.join(10)
+    print(f"all {total} in JMS after {time.monotonic() - began:.1f}s")
     assert kills == 3
     counts = Counter(f.headers["n"] for f in collector.frames)
     assert len(counts) == total and set(counts.values()) == {1}, \
