@@ -157,7 +157,8 @@ def test_message_id_list_across_two_hops(activemq: str, node: NodeProcess, tmp_p
     # hop-a -> JMS queue q2 through the egress sink of another bridge, then back in by hop2.
     routes = write_routes(
         tmp_path / "egress.properties",
-        ["bridge.id=c", "routes.r.predicate=msg.address==hop-a", f"routes.r.dest.jms.queue={q2}"],
+        [f"bridge.id={unique('c')}", "routes.r.predicate=msg.address==hop-a",
+         f"routes.r.dest.jms.queue={q2}"],
     )
     sink = JmsSink(load_routes(routes))
     try:

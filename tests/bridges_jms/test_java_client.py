@@ -35,7 +35,7 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
     routes = write_routes(
         tmp_path / "routes.properties",
         [
-            "bridge.id=java-bridge",
+            f"bridge.id={unique('java-bridge')}",
             "routes.r.predicate=msg.address==orders",
             f"routes.r.dest.jms.queue={out_queue}",
         ],
