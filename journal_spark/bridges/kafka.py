@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
 SINK_NAME = "kafka.bridge"
-TRANSACTION_TIMEOUT_S = 60.0
+TRANSACTION_TIMEOUT_S = 120.0   # a micro-batch must commit within this (kafka.transaction.timeout.ms)
 POLL_EVERY = 1000                     # serve delivery callbacks every this many records
 _HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
                KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -82,9 +82,10 @@ class KafkaSink:
         self._errors: list[KafkaError] = []
         producer_conf = {
             "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
+            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
             **self.conf,
             "transactional.id": self.transactional_id, "enable.idempotence": True, "acks": "all",
-            "partitioner": "murmur2_random", "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            "partitioner": "murmur2_random",
             "delivery.report.only.error": True, "on_delivery": self._on_delivery,
         }
         self.producer = Producer(producer_conf)
