@@ -41,7 +41,9 @@ def advertise() -> Response:
     body = json_object()
     topic = check_name(body.get("topicName"))
     partitions = body.get("partitions", node().settings.default_partitions)
-    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-        raise BadRequest("partitions must be a positive integer", code="bad_partitions")
+    limit = node().settings.max_partitions
+    # Checked here too: re-advertising an existing topic acks without creating anything.
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= limit:
+        raise BadRequest(f"partitions must be between 1 and {limit}", code="bad_partitions")
     node().topic(topic, create=True, partitions=partitions)
     return _text("ack")

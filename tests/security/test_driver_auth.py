@@ -75,3 +75,13 @@ def test_admin_reaches_everything(secured_node: NodeProcess) -> None:
         t.create_topic("payroll", 4)
         t.send("payroll", "k", {"n": 1})
         assert t.topic_info("payroll")["partitions"] == 4
+
+
+def test_tokens_never_reach_the_log(secured_node: NodeProcess) -> None:
+    """Runs last in this module: after good and bad tokens were sent, none appears in the node's log."""
+    with Template(secured_node.url, token="guessed-token-123") as t, pytest.raises(AuthenticationError):
+        t.send("orders.paid", None, 1)
+    log = secured_node.log_tail(100_000)
+    assert "security: 4 token(s)" in log  # the log is there and names the count only
+    for secret in (PUB, CON, ADM, "guessed-token-123"):
+        assert secret not in log
