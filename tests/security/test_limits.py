@@ -103,7 +103,9 @@ def test_partitions(limited: FlaskClient) -> None:
     assert limited.put("/v1/topics/p", json={"partitions": 50}).status_code == 201
     # An existing topic re-advertised with an out-of-range count is still refused (found by schemathesis).
     assert limited.post("/advertise", json={"topicName": "p", "partitions": 51}).status_code == 400
-    assert limited.post("/advertise", json={"topicName": "p", "partitions": 50}).get_data(as_text=True) == "ack"
+    assert (
+        limited.post("/advertise", json={"topicName": "p", "partitions": 50}).get_data(as_text=True) == "ack"
+    )
 
 
 def test_fetch_and_group_limits(limited: FlaskClient) -> None:
