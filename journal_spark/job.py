@@ -22,6 +22,7 @@ from broker.store.sql import Store, open_engine
 
 from .errors import JavaMissing, JournalFailed
 from .metrics import JournalMetrics
+from .schema import with_header_map
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ def start_query(spark: Any, settings: Settings, sink: Sink, metrics: JournalMetr
               .option("start", getattr(sink, "start", "journaled"))
               .option("parallelism", str(spark.sparkContext.defaultParallelism))
               .load())
+    stream = with_header_map(stream)
     writer = (stream.writeStream.queryName(f"toymb-{sink.name}")
               .option("checkpointLocation", str(Path(settings.effective_checkpoint_dir) / sink.name))
               .foreachBatch(_measured(sink, metrics)))
@@ -149,8 +151,8 @@ def start_query(spark: Any, settings: Settings, sink: Sink, metrics: JournalMetr
     return writer.start()
 
 
-def run(settings: Settings, *, once: bool = False) -> int:
-    """Run the journal until stopped (SIGTERM/SIGINT), or until drained with ``once``.
+def run(settings: Settings, *, once: bool = False, stop: threading.Event | None = None) -> int:
+    """Run the journal until stopped (SIGTERM/SIGINT, or ``stop`` set), or until drained with ``once``.
 
     Raises:
         JavaMissing: no Java runtime.
@@ -165,13 +167,15 @@ def run(settings: Settings, *, once: bool = False) -> int:
     port = metrics.serve(settings.host, settings.journal_metrics_port)
     if port:
         log.info("journal metrics on http://%s:%d/metrics", settings.host, port)
-    stopping = threading.Event()
+    stopping = stop or threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %d: stopping the journal after the current batch", signum)
         stopping.set()
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {}
+    if threading.current_thread() is threading.main_thread():   # signals reach the main thread only
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
     try:

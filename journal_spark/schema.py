@@ -1,10 +1,15 @@
 """The journal's row schema: the message envelope's columns, for Spark and for Arrow.
 
-``headers`` is a ``map<string,string>`` (not JSON text) so Parquet readers get real maps, and
-``body`` is the stored bytes, whatever the content type: nothing is decoded on the way.
+The source emits ``headers`` as the store's JSON text (``SOURCE_SCHEMA``): parsing it in Python,
+row by row, would cost more than everything else the source does. :func:`with_header_map` turns
+it into a ``map<string,string>`` inside the JVM, in parallel, before any sink sees a row, so
+sinks and Parquet readers get real maps (``SPARK_SCHEMA``). ``body`` is the stored bytes,
+whatever the content type: nothing is decoded on the way.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -33,13 +38,19 @@ SPARK_SCHEMA = StructType([
     StructField("body", BinaryType(), False),
 ])
 
+HEADERS_TYPE = MapType(StringType(), StringType(), True)
+
+# What the source emits: headers still as JSON text.
+SOURCE_SCHEMA = StructType([f if f.name != "headers" else StructField("headers", StringType(), False)
+                            for f in SPARK_SCHEMA.fields])
+
 ARROW_SCHEMA = pa.schema([
     pa.field("id", pa.string(), False),
     pa.field("topic", pa.string(), False),
     pa.field("partition", pa.int32(), False),
     pa.field("offset", pa.int64(), False),
     pa.field("key", pa.string(), True),
-    pa.field("headers", pa.map_(pa.string(), pa.string()), False),
+    pa.field("headers", pa.string(), False),
     pa.field("timestamp", pa.int64(), False),
     pa.field("content_type", pa.string(), False),
     pa.field("body", pa.binary(), False),
@@ -47,3 +58,11 @@ ARROW_SCHEMA = pa.schema([
 
 # The Parquet journal's layout: <journal>/topic=<t>/date=<yyyy-mm-dd>/ (dates in UTC).
 PARTITION_COLUMNS: tuple[str, ...] = ("topic", "date")
+
+
+def with_header_map(df: Any) -> Any:
+    """``df`` (of ``SOURCE_SCHEMA``) with ``headers`` parsed into a map, giving ``SPARK_SCHEMA``."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("headers", F.coalesce(F.from_json(F.col("headers"), HEADERS_TYPE),
+                                               F.create_map().cast(HEADERS_TYPE)))

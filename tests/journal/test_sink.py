@@ -13,6 +13,7 @@ from journal_spark import parquet as parquet_module
 from journal_spark.errors import JavaMissing
 from journal_spark.job import check_java
 from journal_spark.parquet import ParquetSink, journaled_offsets
+from journal_spark.schema import with_header_map
 from journal_spark.source import advance, plan_ranges, read_end_offsets, read_ranges
 from tests.journal.conftest import assert_journal_matches, fill_store, journal_rows
 
@@ -97,7 +98,7 @@ def _batch_frame(spark: Any, url: str) -> Any:
     ranges = [(t, p, 0, n) for t, parts in ends.items() for p, n in enumerate(parts) if n]
     table = pa.Table.from_batches(list(read_ranges(engine, ranges, page_rows=400)))
     engine.dispose()
-    return spark.createDataFrame(table)
+    return with_header_map(spark.createDataFrame(table))
 
 
 def _listing(journal: Path) -> dict[str, int]:

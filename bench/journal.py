@@ -1,0 +1,254 @@
+"""Journal benchmark: store -> Parquet throughput against Spark's own ceiling, and the lag.
+
+1. Throughput. The same N rows (in a SQLite store) are written to Parquet twice in one
+   SparkSession: by the journal (streaming source + exactly-once sink, availableNow, the
+   configured ``journal_max_rows`` per batch) and by Spark straight from an in-memory DataFrame of
+   those rows (``df.write.partitionBy("topic", "date").parquet``). Ratio = journal / ceiling.
+2. Lag. A writer publishes at a steady rate through the broker's group-commit appender while the
+   journal runs with its default trigger; the lag (store end offsets minus journaled offsets) is
+   sampled twice a second.
+
+Peak RSS covers this process (the Spark driver's Python side) and the JVM with its Python workers.
+Run: ``toymb bench --only journal [--quick]`` or ``python -m bench.journal [--quick]``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import own_peak_rss_mb, report, write_results
+from broker import config
+from broker.appender import Appender
+from broker.envelope import NewMessage
+from broker.store.sql import Store, open_engine
+from journal_spark.schema import with_header_map
+
+TOPICS = {"orders": 16, "audit": 4}
+
+
+def _messages(start: int, count: int) -> list[NewMessage]:
+    body = b'{"order":%d,"lines":[1,2,3],"note":"' + b"x" * 160 + b'"}'
+    return [NewMessage(f"m-{i}", f"customer-{i % 997}", {"seq": str(i), "source": "bench"},
+                       "application/json", body % i) for i in range(start, start + count)]
+
+
+def _fill(store: Store, per_topic: int) -> None:
+    appender = Appender(store)
+    appender.start()
+    try:
+        for name, partitions in TOPICS.items():
+            topic, _ = store.ensure_topic(name, partitions)
+            for start in range(0, per_topic, 2000):
+                appender.append(topic, _messages(start, min(2000, per_topic - start)))
+    finally:
+        appender.stop()
+
+
+def _tree_rss_mb() -> float:
+    """Current resident memory of this process and all its descendants (JVM, Python workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return total
+
+
+class RssSampler(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak = 0.0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.5):
+            self.peak = max(self.peak, _tree_rss_mb())
+
+
+def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tuple[float, float]:
+    """Drain the store into Parquet; returns (wall seconds, seconds spent in micro-batches)."""
+    from journal_spark.parquet import ParquetSink
+
+    engine = open_engine(settings.effective_database_url, pooled=False)
+    sink = ParquetSink(settings.effective_journal_dir, checkpoint / "parquet.sink", engine)
+    started = time.perf_counter()
+    query = (spark.readStream.format("toymb").option("url", settings.effective_database_url)
+             .option("max_rows", str(settings.journal_max_rows)).option("start", "earliest")
+             .option("parallelism", str(spark.sparkContext.defaultParallelism)).load()
+             .transform(with_header_map).writeStream.option("checkpointLocation", str(checkpoint / "parquet"))
+             .foreachBatch(sink.write_batch).trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"journal query failed: {query.exception()}")
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    if os.environ.get("TOYMB_BENCH_VERBOSE"):
+        for p in progress:
+            print("journal batch", p["batchId"], p["numInputRows"], p["durationMs"])
+    # recentProgress keeps the last 100 batches; the bench's runs have fewer.
+    batches = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
+    engine.dispose()
+    return elapsed, batches
+
+
+def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, int]:
+    """Spark writing the same rows from a materialised DataFrame, the way the journal lays them out."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from journal_spark.source import read_end_offsets, read_ranges
+
+    engine = open_engine(url, pooled=False)
+    ranges = [(t, p, 0, n) for t, ends in read_end_offsets(engine).items() for p, n in enumerate(ends) if n]
+    table = pa.Table.from_batches(list(read_ranges(engine, ranges)))
+    engine.dispose()
+    df = (with_header_map(spark.createDataFrame(table))
+          .repartition(spark.sparkContext.defaultParallelism).cache())
+    rows = df.count()
+    started = time.perf_counter()
+    (df.withColumn("date", F.date_format(F.timestamp_millis(F.col("timestamp")), "yyyy-MM-dd"))
+       .write.mode("overwrite").partitionBy("topic", "date").parquet(str(out)))
+    elapsed = time.perf_counter() - started
+    df.unpersist()
+    return elapsed, rows
+
+
+def _throughput(spark: Any, root: Path, per_topic: int, max_rows: int) -> dict[str, Any]:
+    data = root / f"tp-{per_topic}"
+    settings = config.load(env={}, overrides={"data_dir": str(data), "journal_max_rows": max_rows})
+    store = Store(settings.effective_database_url)
+    store.create_schema()
+    _fill(store, per_topic)
+    rows = store.count_messages()
+    store.dispose()
+    wall_s, batches_s = _journal_once(spark, settings, data / "checkpoints")
+    ceiling_s, ceiling_rows = _ceiling(spark, settings.effective_database_url, data / "ceiling")
+    assert ceiling_rows == rows
+    shutil.rmtree(data, ignore_errors=True)
+    return {"rows": rows, "max_rows": max_rows, "journal_wall_s": wall_s, "journal_batches_s": batches_s,
+            "ceiling_s": ceiling_s, "journal_rows_per_s": rows / batches_s,
+            "ceiling_rows_per_s": rows / ceiling_s,
+            "ratio": ceiling_s / batches_s, "ratio_with_query_start": ceiling_s / wall_s}
+
+
+def _lag(root: Path, rate: int, seconds: float) -> dict[str, Any]:
+    """Publish at ``rate`` msg/s for ``seconds`` while the real journal job runs; sample its lag."""
+    from journal_spark import job
+    from journal_spark.metrics import journal_lag
+
+    data = root / "lag"
+    settings = config.load(env={}, overrides={"data_dir": str(data), "journal_metrics_port": 0})
+    store = Store(settings.effective_database_url)
+    store.create_schema()
+    topic, _ = store.ensure_topic("orders", 16)
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    runner = threading.Thread(target=job.run, args=(settings,), kwargs={"stop": stop}, daemon=True)
+    runner.start()
+    appender = Appender(store)
+    appender.start()
+    engine = open_engine(settings.effective_database_url, pooled=False)
+    # Let the job start Spark before measuring; its first batch journals nothing.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (data / "checkpoints" / "parquet" / "offsets").is_dir():
+        time.sleep(0.2)
+    time.sleep(2)
+    published, tick = 0, 0.05
+    start = time.monotonic()
+    next_sample = start
+    while (now := time.monotonic()) - start < seconds:
+        due = int((now - start) * rate) - published
+        if due > 0:
+            appender.append(topic, _messages(published, due))
+            published += due
+        if now >= next_sample:
+            samples.append((now - start, sum(journal_lag(engine).values())))
+            next_sample += 0.5
+        time.sleep(tick)
+    drain_start = time.monotonic()
+    while sum(journal_lag(engine).values()) > 0 and time.monotonic() - drain_start < 120:
+        samples.append((time.monotonic() - start, sum(journal_lag(engine).values())))
+        time.sleep(0.25)
+    drained_s = time.monotonic() - drain_start
+    appender.stop()
+    stop.set()
+    runner.join(timeout=60)
+    engine.dispose()
+    store.dispose()
+    steady = [lag for t, lag in samples if t <= seconds]
+    ordered = sorted(steady) or [0]
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return {"rate_msgs_per_s": rate, "seconds": seconds, "published": published,
+            "lag_mean": sum(steady) / max(1, len(steady)), "lag_p50": ordered[len(ordered) // 2],
+            "lag_p95": p95, "lag_max": ordered[-1], "lag_p95_s": p95 / rate,
+            "drain_after_stop_s": drained_s, "samples": samples}
+
+
+def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
+    """Measure, print and save (``journal.json``, ``journal.png``) the journal's figures."""
+    from journal_spark.job import build_session
+
+    root = Path(tempfile.mkdtemp(prefix="toymb-bench-journal-"))
+    sampler = RssSampler()
+    sampler.start()
+    per_topic = 50_000 if quick else 150_000
+    max_rows = config.load(env={}).journal_max_rows
+    try:
+        spark = build_session("local[*]", app_name="toymb-bench-journal")
+        _throughput(spark, root, 2_000, max_rows)             # warm-up: JIT, Python workers
+        tp = _throughput(spark, root, per_topic, max_rows)
+        big = _throughput(spark, root, per_topic + 1, 100_000)  # larger micro-batches, for comparison
+        lag = _lag(root, rate=1_000 if quick else 3_000, seconds=15 if quick else 40)
+        spark.stop()
+    finally:
+        sampler.stopped.set()
+        shutil.rmtree(root, ignore_errors=True)
+    results = {
+        "rows": tp["rows"], "journal_max_rows": max_rows, "throughput": tp, "throughput_100k_batches": big,
+        "journal_rows_per_s": tp["journal_rows_per_s"], "ceiling_rows_per_s": tp["ceiling_rows_per_s"],
+        "throughput_ratio": tp["ratio"], "throughput_ratio_100k_batches": big["ratio"],
+        "lag": {k: v for k, v in lag.items() if k != "samples"}, "lag_samples": lag["samples"],
+        "peak_rss_driver_mb": own_peak_rss_mb(), "peak_rss_tree_mb": max(sampler.peak, _tree_rss_mb()),
+        "target_ratio": 0.5, "quick": quick,
+    }
+    report("journal: store -> Parquet", {
+        "rows": tp["rows"],
+        f"journal rows/s ({max_rows} rows per batch)": tp["journal_rows_per_s"],
+        "Spark DataFrame -> Parquet rows/s (ceiling)": tp["ceiling_rows_per_s"],
+        "ratio journal / ceiling (target >= 0.5)": tp["ratio"],
+        "  same, counting the query's start-up (~1 s)": tp["ratio_with_query_start"],
+        "ratio with 100k-row batches": big["ratio"],
+        "  same, 100k batches, counting start-up": big["ratio_with_query_start"],
+        f"lag at {lag['rate_msgs_per_s']} msg/s: mean messages": lag["lag_mean"],
+        "lag p95 messages": lag["lag_p95"], "lag p95 seconds": lag["lag_p95_s"],
+        "drain after publishing stops (s)": lag["drain_after_stop_s"],
+        "peak RSS driver (MiB)": results["peak_rss_driver_mb"],
+        "peak RSS driver + JVM + workers (MiB)": results["peak_rss_tree_mb"],
+    })
+    write_results(out_dir, "journal", results, bars={"journal / Spark ceiling": tp["ratio"],
+                                                     "same, 100k-row batches": big["ratio"]})
+    return results
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv, out_dir=Path("bench/out"))
