@@ -1,0 +1,43 @@
+"""The journal over PostgreSQL (the cluster's store), and the CLI's error without Java."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from broker.store.sql import open_engine
+from journal_spark.parquet import ParquetSink, journaled_offsets
+from journal_spark.schema import with_header_map
+from journal_spark.source import read_end_offsets
+from tests.journal.conftest import assert_journal_matches, fill_store
+
+
+def test_journal_over_postgresql(spark: Any, pg_url: str, tmp_path: Path) -> None:
+    store = fill_store(pg_url, {"orders": (5, 2500), "audit": (2, 500)})
+    engine = open_engine(pg_url, pooled=False)
+    sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", engine)
+    query = (spark.readStream.format("toymb").option("url", pg_url).option("max_rows", "1000").load()
+             .transform(with_header_map).writeStream
+             .option("checkpointLocation", str(tmp_path / "ck" / "parquet"))
+             .foreachBatch(sink.write_batch).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None, query.exception()
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3
+    assert_journal_matches(tmp_path / "journal", store)
+    ends = read_end_offsets(store.engine)
+    assert journaled_offsets(engine) == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
+    engine.dispose()
+    store.dispose()
+
+
+def test_journal_run_says_java_is_missing(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOYMB_", "JAVA_HOME"))}
+    env.update({"PATH": str(tmp_path), "TOYMB_DATA_DIR": str(tmp_path), "TOYMB_JOURNAL_METRICS_PORT": "0"})
+    done = subprocess.run([sys.executable, "-m", "broker", "journal", "run", "--once"], env=env,
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "needs Java 17 or newer" in done.stderr and "JAVA_HOME" in done.stderr
+    assert "Traceback" not in done.stderr
