@@ -79,7 +79,7 @@ def journal_rows(journal_dir: Path) -> list[dict[str, Any]]:
     if not any(journal_dir.glob("topic=*")):
         return []
     table = ds.dataset(str(journal_dir), format="parquet", partitioning="hive").to_table()
-    rows = table.to_pylist()
+    rows: list[dict[str, Any]] = table.to_pylist()
     for row in rows:
         row["headers"] = dict(row["headers"] or [])
     return rows

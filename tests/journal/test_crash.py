@@ -65,7 +65,8 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
     staging = data / "journal" / "_staging"
     seed = int(os.environ.get("TOYMB_TEST_SEED", time.time()))
     rng = random.Random(seed)
-    mid_batch_kills, attempts, where = 0, 0, []
+    mid_batch_kills, attempts = 0, 0
+    where: list[tuple[str, int, int, int]] = []
     port = free_port()
     scraped = ""
     while mid_batch_kills < 3:

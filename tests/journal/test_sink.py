@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.store.sql import open_engine
-from journal_spark import parquet as parquet_module
 from journal_spark.errors import JavaMissing
 from journal_spark.job import check_java
 from journal_spark.parquet import ParquetSink, journaled_offsets
@@ -129,7 +129,7 @@ def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_pat
     store = fill_store(url, {"orders": (3, 900), "audit": (2, 300), "logs": (1, 120)})
     frame = _batch_frame(spark, url)
     journal, state = tmp_path / "journal", tmp_path / "ck" / "parquet.sink"
-    real_replace = parquet_module.os.replace
+    real_replace = os.replace
     moved: list[str] = []
 
     def crash_after_two_moves(src: Any, dst: Any) -> None:
@@ -138,10 +138,10 @@ def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_pat
         real_replace(src, dst)
         moved.append(str(dst))
 
-    monkeypatch.setattr(parquet_module.os, "replace", crash_after_two_moves)
+    monkeypatch.setattr(os, "replace", crash_after_two_moves)
     with pytest.raises(KeyboardInterrupt):
         ParquetSink(journal, state, store.engine).write_batch(frame, 5)
-    monkeypatch.setattr(parquet_module.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     partial = journal_rows(journal)
     assert 0 < len(partial) < 1320, "the crash should leave a partly published batch"
     assert list((state / "pending").glob("*.json")) and not list((state / "commits").glob("*.json"))
