@@ -20,9 +20,9 @@ from typing import Any
 
 import requests
 
-from broker.store import schema
 from bench import peers
 from bench.common import BenchNode, free_port, peak_rss_mb, report, write_results
+from broker.store import schema
 
 BODY = "x" * 256
 BATCH = 100

@@ -118,7 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_remote", _bool, False, (), "serve non-loopback clients without tokens"),
     Setting("tls_cert", str, "", ("server.ssl.certificate",), "PEM certificate to serve HTTPS"),
     Setting("tls_key", str, "", ("server.ssl.certificate-private-key",), "PEM key to serve HTTPS"),
-    Setting("retention_ms", _non_negative, 0, ("retention",), "delete journaled+consumed rows older than this (0: keep)"),
+    Setting("retention_ms", _non_negative, 0,("retention",), "drop journaled, consumed rows older than this (0 keeps)"),
     Setting("retention_interval_ms", _pos, 10000, (), "how often retention looks for rows to delete"),
     Setting("retention_batch", _pos, 5000, (), "most rows one retention DELETE removes"),
     Setting("journal_dir", str, "", ("journal.dir",), "Parquet journal folder (default data_dir/journal)"),
