@@ -64,6 +64,22 @@ def _add_optional(module_name: str, attr: str) -> None:
 _add_optional("journal_spark.cli", "journal")
 _add_optional("driver.cli", "consume")
 _add_optional("bench.cli", "bench")
+_add_optional("journal_spark.jms.cli", "bridge")
+
+
+def _add_ingress_commands() -> None:
+    """``toymb journal ingress`` (Kafka) and ``toymb journal jms-ingress`` (JMS) beside ``run``."""
+    journal = main.commands.get("journal")
+    if not isinstance(journal, click.Group):
+        return
+    from journal_spark.ingress_cli import ingress
+    from journal_spark.jms.cli import jms_ingress
+
+    journal.add_command(ingress, "ingress")
+    journal.add_command(jms_ingress, "jms-ingress")
+
+
+_add_ingress_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
