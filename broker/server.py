@@ -34,7 +34,8 @@ def serve(settings: Settings) -> None:
     server = create_server(
         app, host=settings.host, port=settings.port, threads=settings.threads,
         connection_limit=max(100, settings.threads * 8), channel_timeout=max(60, settings.max_wait_ms // 1000 + 30),
-        max_request_body_size=settings.max_request, ident="toymb", clear_untrusted_proxy_headers=True,
+        # waitress's own cap is looser, so the app answers an oversized body with a JSON 413.
+        max_request_body_size=settings.max_request * 2, ident="toymb", clear_untrusted_proxy_headers=True,
     )
     stopping = threading.Event()
 
