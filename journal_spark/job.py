@@ -192,15 +192,30 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
                 if not query.isActive and not once:
                     raise JournalFailed(f"query {query.name} stopped unexpectedly")
         return 0
+    except Exception as exc:
+        if not stopping.is_set():
+            raise
+        # A SIGTERM sent to the whole process group also stops Spark's JVM under our feet. That
+        # is a stop like any other: every batch is exactly once whatever point it interrupts.
+        log.info("journal stopped (%s while stopping)", type(exc).__name__)
+        return 0
     finally:
-        for query in queries:
-            try:
-                query.stop()
-            except Exception:  # noqa: BLE001 - stop the others anyway
-                log.exception("stopping %s failed", query)
-        spark.stop()
+        _shutdown(queries, spark)
         metrics.close()
         engine.dispose()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
+
+
+def _shutdown(queries: list[Any], spark: Any) -> None:
+    """Stop the queries, then Spark; quietly, since the JVM may already be gone."""
+    for query in queries:
+        try:
+            query.stop()
+        except Exception as exc:  # noqa: BLE001 - stop the others anyway
+            log.warning("stopping a query: %s", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
+    try:
+        spark.stop()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("stopping Spark: %s", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
