@@ -18,8 +18,10 @@ from .errors import ConfigError
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
 
 # Variables read by other programs of the distribution (driver, tests), not by a node.
-CLIENT_ENV = {"TOYMB_URLS", "TOYMB_TOKEN", "TOYMB_CONSUMER_PORT", "TOYMB_ADVERTISE_URL", "TOYMB_APP_NAME"}
-CLIENT_ENV_PREFIXES = ("TOYMB_TEST_", "TOYMB_BENCH_", "TOYMB_SERVICES_", "TOYMB_KAFKA_CLASSPATH")
+CLIENT_ENV = {"TOYMB_URLS", "TOYMB_TOKEN", "TOYMB_CONSUMER_PORT", "TOYMB_CONSUMER_HOST", "TOYMB_ADVERTISE_URL",
+              "TOYMB_APP_NAME", "TOYMB_INSTANCE", "TOYMB_PUSH_PATH", "TOYMB_BRIDGE_URL", "TOYMB_BRIDGE_PORT",
+              "TOYMB_INGRESS_METRICS_PORT"}
+CLIENT_ENV_PREFIXES = ("TOYMB_TEST_", "TOYMB_BENCH_", "TOYMB_SERVICES_", "TOYMB_KAFKA_", "TOYMB_SPARK_")
 
 
 def _bool(text: str) -> bool:
@@ -125,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("checkpoint_dir", str, "", ("journal.checkpoint",), "Spark checkpoint folder"),
     Setting("routes", str, "", ("journal.routes",), "routes properties file for the bridges"),
     Setting("spark_master", str, "local[*]", ("spark.master",), "Spark master URL"),
-    Setting("journal_max_rows", _pos, 20000, (), "most rows in one journal micro-batch"),
+    Setting("journal_max_rows", _pos, 200000, (), "most rows in one journal micro-batch"),
     Setting("journal_trigger_ms", _pos, 1000, (), "journal micro-batch interval"),
     Setting("journal_metrics_port", _port, 9464, (), "port of the journal's /metrics (0: off)"),
     Setting("log_level", str, "INFO", (), "logging level"),

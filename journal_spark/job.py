@@ -72,6 +72,8 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.shuffle.partitions", "4")
+               # A bounded heap: the default is a quarter of the machine's memory.
+               .config("spark.driver.memory", os.environ.get("TOYMB_SPARK_DRIVER_MEMORY", "1g"))
                .config("spark.sql.streaming.stopTimeout", "10s")
                .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
