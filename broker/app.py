@@ -30,6 +30,10 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:
         status = exc.code or 500
+        if status == 413:
+            limit = app.config["MAX_CONTENT_LENGTH"]
+            return _error_response("payload_too_large", f"the request body is over {limit} bytes (TOYMB_MAX_REQUEST)",
+                                   413, limit="request", max=limit)
         code = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
             status, (exc.name or "error").lower().replace(" ", "_"))
         return _error_response(code, exc.description or exc.name, status)
