@@ -30,6 +30,7 @@ from ..errors import BrokerError
 from .deadletter import dead_letter
 from .groups import GroupStore, Subscriber
 from .lanes import GroupLanes, Lane, Target
+from .offsets import OffsetCommitter
 from .push import Outcome, Pusher, backoff_s, batch_body, compat_body, envelope_json
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class Dispatcher:
         s = node.settings
         self.settings = s
         self.pusher = Pusher(s.push_timeout_ms, s.push_workers)
+        self.offsets = OffsetCommitter(groups)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -64,6 +66,7 @@ class Dispatcher:
 
     def start(self) -> None:
         self._stopping.clear()
+        self.offsets.start()
         self._pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
                                         thread_name_prefix="toymb-push")
         self._thread = threading.Thread(target=self._run, name="toymb-dispatcher", daemon=True)
@@ -78,6 +81,7 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self.offsets.stop()
         self.pusher.close()
 
     # -- hooks --------------------------------------------------------------------------------
@@ -155,7 +159,8 @@ class Dispatcher:
                 holder = assignment.get(p)
                 lane.holder = holder if holder in members else None
                 if not lane.busy:
-                    position = committed.get(p, 0)
+                    # Never back: the SQL read may predate a round that just finished.
+                    position = max(lane.position, committed.get(p, 0))
                     if position != lane.position:
                         lane.position, lane.attempts, lane.careful, lane.not_before = position, 0, False, 0.0
                     lane.end = max(lane.end, ends.get(p, 0))
@@ -239,9 +244,10 @@ class Dispatcher:
         s = self.settings
         with self._lock:
             starts = {p: state.lanes[p].position for p in taken}
+            ends = {p: state.lanes[p].end for p in taken}
             careful = len(taken) == 1 and state.lanes[taken[0]].careful
         limit = 1 if careful else s.push_batch
-        read = self.groups.read(state.topic, starts, limit)
+        read = self.groups.read(state.topic, starts, limit, ends)
         rows, envelopes = self._fit(read)
         # Below the cap, the read took everything each partition had; otherwise look again.
         more = len(read) >= limit or len(rows) < len(read)
@@ -306,7 +312,7 @@ class Dispatcher:
         return delivered
 
     def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int) -> None:
-        self.groups.commit(state.topic, state.group, acked)
+        self.offsets.add(state.topic, state.group, acked)
         self.node.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
         with self._lock:
             for p, nxt in acked.items():

@@ -92,7 +92,7 @@ class Fetcher:
                 else:
                     self._inflight.pop((topic, group, p), None)
                     starts[p] = base
-        rows = self.groups.read(topic, starts, limit)
+        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic))
         last: dict[int, int] = {}
         for row in rows:
             last[row.partition] = max(last.get(row.partition, -1), row.offset)
