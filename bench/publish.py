@@ -21,7 +21,7 @@ from typing import Any
 import requests
 
 from bench import peers
-from bench.common import BenchNode, free_port, peak_rss_mb, report, write_results
+from bench.common import BenchNode, free_port, own_peak_rss_mb, peak_rss_mb, report, write_results
 from broker.store import schema
 
 BODY = "x" * 256
@@ -68,9 +68,10 @@ def _batch_client(url: str, seconds: float, result: Any) -> None:
     result.put(sent)
 
 
-def batched_publish(url: str, clients: int, seconds: float) -> float:
+def _rate_of_processes(target: Any, args: tuple[Any, ...], processes: int, seconds: float) -> float:
+    """Run ``target(*args, queue)`` in ``processes`` client processes; their summed count per second."""
     queue: Any = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=_batch_client, args=(url, seconds, queue)) for _ in range(clients)]
+    procs = [multiprocessing.Process(target=target, args=(*args, queue)) for _ in range(processes)]
     started = time.perf_counter()
     for p in procs:
         p.start()
@@ -78,6 +79,10 @@ def batched_publish(url: str, clients: int, seconds: float) -> float:
     for p in procs:
         p.join()
     return total / (time.perf_counter() - started)
+
+
+def batched_publish(url: str, clients: int, seconds: float) -> float:
+    return _rate_of_processes(_batch_client, (url, seconds), clients, seconds)
 
 
 def _wrk(url: str, body: str, connections: int, seconds: float) -> float:
@@ -119,16 +124,7 @@ def concurrent_singles(url: str, body: str, connections: int, seconds: float) ->
     """Requests/s of ``connections`` concurrent clients: wrk when installed, else client processes."""
     if shutil.which("wrk"):
         return _wrk(url, body, connections, seconds)
-    queue: Any = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=_single_client, args=(url, body, connections // 4, seconds, queue))
-             for _ in range(4)]
-    started = time.perf_counter()
-    for p in procs:
-        p.start()
-    total = sum(queue.get(timeout=seconds + 120) for _ in procs)
-    for p in procs:
-        p.join()
-    return total / (time.perf_counter() - started)
+    return _rate_of_processes(_single_client, (url, body, connections // 4, seconds), 4, seconds)
 
 
 def echo_ceiling(body: str, connections: int, seconds: float, threads: int) -> float:
@@ -179,16 +175,10 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         if rate:
             results[f"ratio_batched_vs_{name}"] = results["batched_publish_msgs_per_s"] / rate
             bars[f"batched / {name}"] = results[f"ratio_batched_vs_{name}"]
-    results["bench_process_peak_rss_mb"] = resource_rss()
+    results["bench_process_peak_rss_mb"] = own_peak_rss_mb()
     report("publish", results)
     write_results(out_dir, "publish", results, bars)
     return results
-
-
-def resource_rss() -> float:
-    from bench.common import own_peak_rss_mb
-
-    return own_peak_rss_mb()
 
 
 if __name__ == "__main__":
