@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
-from ..errors import NotFound
+from ..errors import Conflict, NotFound
 from .assignment import partitions_by_member
 from .dispatcher import Dispatcher
 from .groups import NEVER_MS, GroupStore, Subscriber, now_ms
@@ -69,6 +69,9 @@ class Delivery:
 
     def touch(self, sub: Subscriber, *, always: bool = False) -> Subscriber:
         """Renew the lease (once half of it is gone, or ``always``); an expired subscriber rejoins."""
+        if sub.revoked:
+            raise Conflict(f"subscriber {sub.id!r} kept failing and lost its lease; register again",
+                           code="lease_revoked")
         lease_ms = self.node.settings.subscriber_lease_ms
         if not always and sub.lease_until_ms - now_ms() > lease_ms // 2:
             return sub

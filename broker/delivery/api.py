@@ -6,7 +6,7 @@ import re
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from ..api import json_object, node
 from ..errors import BadRequest, Conflict, LimitExceeded
@@ -157,7 +157,10 @@ def commit(topic: str, group: str) -> Any:
 
 
 @bp.get("/v1/topics/<topic>/groups/<group>")
-def describe(topic: str, group: str) -> Response:
+def describe(topic: str, group: str) -> Any:
     check_name(topic)
     check_name(group, "group")
+    fwd = node().forward_if_remote(topic)
+    if fwd is not None:
+        return fwd
     return jsonify(delivery().describe(topic, group))

@@ -26,6 +26,9 @@ from .assignment import assign
 # Lease of ToyMB-compatible push subscribers: ToyMB's driver never heartbeats, so their lease ends
 # only when the broker revokes it (the receiver keeps failing).
 NEVER_MS = 1 << 62
+# Lease of a push subscriber the broker dropped because it kept failing: heartbeats cannot renew
+# it; registering again can.
+REVOKED_MS = 0
 _OR_CHUNK = 100
 
 
@@ -55,13 +58,17 @@ class Subscriber:
     compat: bool
     lease_until_ms: int
 
+    @property
+    def revoked(self) -> bool:
+        return self.lease_until_ms == REVOKED_MS
+
     def live(self, at_ms: int | None = None) -> bool:
         return self.lease_until_ms >= (now_ms() if at_ms is None else at_ms)
 
     def to_json(self, partitions: list[int]) -> dict[str, Any]:
         lease = None if self.lease_until_ms >= NEVER_MS else self.lease_until_ms
         return {"id": self.id, "mode": self.mode, "url": self.url, "compat": self.compat,
-                "live": self.live(), "lease_until_ms": lease, "partitions": partitions}
+                "live": self.live(), "revoked": self.revoked, "lease_until_ms": lease, "partitions": partitions}
 
 
 def _subscriber(row: Any) -> Subscriber:
@@ -151,10 +158,9 @@ class GroupStore:
             return self.get(sid), not before.live()
 
     def revoke(self, sid: str) -> Subscriber | None:
-        """End the lease of ``sid`` now (it keeps failing); the caller rebalances its group."""
+        """End the lease of ``sid`` for good (it keeps failing); the caller rebalances its group."""
         with self.lock, self.engine.begin() as conn:
-            conn.execute(update(subscribers).where(subscribers.c.id == sid)
-                         .values(lease_until_ms=now_ms() - 1))
+            conn.execute(update(subscribers).where(subscribers.c.id == sid).values(lease_until_ms=REVOKED_MS))
         return self.get(sid)
 
     def stale_groups(self, at_ms: int) -> list[tuple[str, str]]:

@@ -65,7 +65,7 @@ def enriched(tmp_path: Path) -> Iterator[FlaskClient]:
 def stored(client: FlaskClient, topic: str) -> list[dict[str, Any]]:
     node = client.application.extensions["toymb"]
     ends = node.store.end_offsets(topic)
-    return node.store.read_positions(topic, {p: 0 for p in ends}, 1000)
+    return list(node.store.read_positions(topic, {p: 0 for p in ends}, 1000))
 
 
 def test_a_configured_enricher_rewrites_messages_and_is_initialised_once(enriched: FlaskClient) -> None:

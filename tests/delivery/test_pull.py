@@ -37,8 +37,12 @@ def test_fetch_commit_and_redelivery_after_the_timeout(live: LiveNode) -> None:
     assert resp.json()["acknowledged"] == 3
     # j3..j5 were fetched but not committed: after the redelivery timeout (1.5 s) they come back.
     again: list[dict[str, Any]] = []
-    wait_until(lambda: again.extend(fetch(live, "jobs", "w", sid)) or again, timeout=10, interval=0.2,
-               what="redelivery")
+
+    def redelivered() -> bool:
+        again.extend(fetch(live, "jobs", "w", sid))
+        return bool(again)
+
+    wait_until(redelivered, timeout=10, interval=0.2, what="redelivery")
     assert [e["id"] for e in again] == ["j3", "j4", "j5"]
     assert commit(live, "jobs", "w", sid, again).status_code == 200
     state = live.group("jobs", "w")

@@ -136,7 +136,12 @@ def test_a_receiver_that_always_fails_sends_messages_to_the_dead_letter_topic(
         return list(resp.json()["messages"])
 
     got: list[dict[str, Any]] = []
-    wait_until(lambda: got.extend(dead_letters()) or len(got) >= 2, timeout=30, what="two dead letters")
+
+    def collected() -> bool:
+        got.extend(dead_letters())
+        return len(got) >= 2
+
+    wait_until(collected, timeout=30, what="two dead letters")
     assert [e["body"] for e in got] == [{"n": 0}, {"n": 1}], "dead-lettered in order, bodies intact"
     first = got[0]
     assert first["id"] == "g:p0"
@@ -150,3 +155,37 @@ def test_a_receiver_that_always_fails_sends_messages_to_the_dead_letter_topic(
     assert len([e for e in r.attempts() if e["id"] == "p0"]) == 3
     wait_until(lambda: live.group("poison", "g")["total_lag"] == 0, timeout=10, what="partition moved on")
     assert 'toymb_dead_letters_total{group="g",topic="poison"} 2.0' in live.get("/metrics").text
+
+
+def test_a_subscriber_that_keeps_failing_loses_its_lease_and_its_partitions(
+        live: LiveNode, receivers: list[Receiver]) -> None:
+    bad, good = Receiver(lambda _payload: 500), Receiver()
+    receivers += [bad, good]
+    bad_id = live.subscribe("keeps", "g", mode="push", url=bad.url, id="bad")["subscriber_id"]
+    live.subscribe("keeps", "g", mode="push", url=good.url, id="good")
+    beats = [Heartbeat(live.url, "bad"), Heartbeat(live.url, "good")]
+    try:
+        bad_partitions = set(holders_of(live.group("keeps", "g")["assignment"], bad_id))
+        sent = live.publish("keeps", messages(60, "x"))
+        to_bad = [s for s in sent if s["partition"] in bad_partitions]
+        assert len(to_bad) > 3
+        # push_fail_limit (3) dead letters in a row, then its lease is revoked and the rest moves.
+        wait_until(lambda: set(live.group("keeps", "g")["assignment"].values()) == {"good"}, timeout=20,
+                   what="the failing subscriber's partitions moved")
+        beat = live.post("/v1/subscribers/bad/heartbeat")
+        assert beat.status_code == 409 and beat.json()["error"] == "lease_revoked", "heartbeats cannot revive it"
+
+        def dlq_total() -> int:
+            return sum(live.get("/v1/topics/keeps.dlq").json()["end_offsets"].values())
+
+        wait_until(lambda: len(ids(good.messages())) + dlq_total() >= len(sent), timeout=20,
+                   what="every message delivered or dead-lettered")
+        assert dlq_total() == 3
+        assert ids(good.messages()) | {s["id"] for s in to_bad} == {s["id"] for s in sent}
+        state = live.group("keeps", "g")
+        assert [s["revoked"] for s in state["subscribers"]] == [True, False]
+        again = live.subscribe("keeps", "g", mode="push", url=good.url, id="bad")
+        assert again["partitions"], "registering again brings it back"
+    finally:
+        for b in beats:
+            b.stop()
