@@ -157,13 +157,14 @@ class Dispatcher:
             for p in range(count):
                 lane = state.lanes.setdefault(p, Lane())
                 holder = assignment.get(p)
-                lane.holder = holder if holder in members else None
+                holder = holder if holder in members else None
                 if not lane.busy:
                     # Never back: the SQL read may predate a round that just finished.
                     position = max(lane.position, committed.get(p, 0))
-                    if position != lane.position:
+                    if position != lane.position or holder != lane.holder:  # a new head or a new receiver
                         lane.position, lane.attempts, lane.careful, lane.not_before = position, 0, False, 0.0
                     lane.end = max(lane.end, ends.get(p, 0))
+                lane.holder = holder
             for sid in list(state.targets):
                 if sid not in members:
                     del state.targets[sid]
