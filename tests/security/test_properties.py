@@ -158,7 +158,8 @@ def test_round_trip_through_the_store(store_app: Flask, sent: dict[str, Any]) ->
     stored = client.post("/v1/topics/rt/messages", json=sent)
     assert stored.status_code in (200, 201), stored.json
     coords = stored.json
-    if sent.get("key") is not None:
+    # A 200 is a known id (examples share the store): it answers the first copy's coordinates.
+    if sent.get("key") is not None and stored.status_code == 201:
         assert coords["partition"] == partition_for(sent["key"], 8)
     fetched = client.get(f"/v1/topics/rt/groups/g/messages?subscriber={sid}&max=1000&wait_ms=0").json[
         "messages"
