@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -57,6 +58,19 @@ def check_java() -> str:
                       "and JAVA_HOME is not set (on Debian: apt-get install openjdk-17-jre-headless)")
 
 
+def _with_task_retries(master: str) -> str:
+    """``local[N]`` as ``local[N,4]``: local mode otherwise fails a batch on the first task failure.
+
+    The sinks run their queries concurrently, and Spark's local executor now and then fails a task
+    while deserialising it (``java.io.OptionalDataException``). Every sink is idempotent per batch,
+    so retrying the task is safe; failing the query is not needed.
+    """
+    match = re.fullmatch(r"local(?:\[([^,\]]+)\])?", master)
+    if match is None:
+        return master
+    return f"local[{match.group(1) or '1'},4]"
+
+
 def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     """A quiet SparkSession (WARN logs, no UI, UTC dates) with the ``toymb`` source registered."""
     check_java()
@@ -67,7 +81,7 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
 
     from .source import StoreDataSource
 
-    builder = (SparkSession.builder.master(master).appName(app_name)
+    builder = (SparkSession.builder.master(_with_task_retries(master)).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
