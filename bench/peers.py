@@ -31,7 +31,7 @@ def kafka_produce(count: int, size: int, partitions: int = 100) -> float | None:
     if not _up(KAFKA):
         return None
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": KAFKA})

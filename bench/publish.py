@@ -75,7 +75,7 @@ def _rate_of_processes(target: Any, args: tuple[Any, ...], processes: int, secon
     started = time.perf_counter()
     for p in procs:
         p.start()
-    total = sum(queue.get(timeout=seconds + 120) for _ in procs)
+    total = sum(int(queue.get(timeout=seconds + 120)) for _ in procs)
     for p in procs:
         p.join()
     return total / (time.perf_counter() - started)

@@ -47,7 +47,7 @@ class CountingReceiver:
             protocol_version = "HTTP/1.1"  # keep-alive: the broker pools its connections
             disable_nagle_algorithm = True  # headers and body go out as two writes
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 now = time.time_ns()
                 messages = json.loads(raw)["messages"]

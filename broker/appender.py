@@ -164,7 +164,7 @@ class Appender:
             for listener in self.listeners:
                 try:
                     listener(name, parts)
-                except Exception:  # noqa: BLE001 - a listener must not break the writer
+                except Exception:
                     log.exception("commit listener failed")
 
     def _assign(self, conn: Connection, batch: list[_Request]

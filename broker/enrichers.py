@@ -54,7 +54,7 @@ def load_enrichers(configured: tuple[str, ...]) -> dict[str, list[TopicEnricher]
         instance = _load(target.strip())()
         try:
             instance.init()
-        except Exception as exc:  # noqa: BLE001 - a broken plug-in must stop startup clearly
+        except Exception as exc:
             raise ConfigError(f"enricher {target!r} failed in init(): {exc}") from exc
         result.setdefault(topic.strip(), []).append(instance)
         log.info("enricher %s registered for topic %s", target, topic)

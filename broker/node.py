@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .appender import Appender
 from .config import Settings
@@ -14,6 +14,9 @@ from .errors import BadRequest, NotFound
 from .metrics import Metrics
 from .publish import Publisher, check_name
 from .store import Store, Topic
+
+if TYPE_CHECKING:
+    from flask import Response
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class Node:
         for check in self.push_url_checks:
             check(url)
 
-    def forward_if_remote(self, topic: str) -> Any:
+    def forward_if_remote(self, topic: str) -> tuple[Response, int] | None:
         """None when this node owns ``topic``; otherwise the owner's answer as (Response, status)."""
         return None if self.router is None else self.router.forward_if_remote(topic)
 
@@ -82,7 +85,7 @@ class Node:
         for service in reversed(self.services):
             try:
                 service.stop()
-            except Exception:  # noqa: BLE001 - stop the rest anyway
+            except Exception:
                 log.exception("stopping %s failed", service)
         self.appender.stop()
         self.store.dispose()

@@ -66,7 +66,7 @@ class Retention:
         while not self._stop.wait(self.interval):
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - try again next round (e.g. the store is down)
+            except Exception:
                 log.exception("retention round failed")
 
     def run_once(self, now_ms: int | None = None) -> int:

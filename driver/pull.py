@@ -159,7 +159,7 @@ class PullConsumer:
             batch = self._admissible(self.fetch())
             index = 0
             try:
-                for index, message in enumerate(batch):  # noqa: B007 - index is read in finally
+                for index, message in enumerate(batch):
                     yield message
                     # Only reached when the loop body returned: the message was handled.
                     self._handled(message)
@@ -186,7 +186,7 @@ class PullConsumer:
                         continue
                     try:
                         handler(message)
-                    except Exception:  # noqa: BLE001 - a failing handler leaves the message uncommitted
+                    except Exception:
                         log.exception("toymb: handler failed on %s/%d@%d", message.topic, message.partition,
                                       message.offset)
                         failed.append(message)

@@ -195,7 +195,7 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._engine = open_engine(self.url, pooled=False)
         return self._engine
 
-    def initialOffset(self) -> dict[str, Any]:
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - the name Spark calls
         if self.start_mode == "latest":
             return read_end_offsets(self.engine, self.topics)
         if self.start_mode == "earliest":
@@ -209,10 +209,10 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             row[p] = nxt
         return offsets
 
-    def getDefaultReadLimit(self) -> ReadLimit:
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - the name Spark calls
         return ReadMaxRows(self.max_rows)
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - the name Spark calls
         ends = self._target if self._target is not None else read_end_offsets(self.engine, self.topics)
         if isinstance(limit, ReadMaxRows):
             bound: int | None = limit.max_rows
@@ -223,10 +223,10 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             bound = self.max_rows
         return advance(start, ends, bound)
 
-    def reportLatestOffset(self) -> dict[str, Any] | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - the name Spark calls
         return read_end_offsets(self.engine, self.topics)
 
-    def prepareForTriggerAvailableNow(self) -> None:
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - the name Spark calls
         self._target = read_end_offsets(self.engine, self.topics)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -259,5 +259,5 @@ class StoreDataSource(DataSource):
     def schema(self) -> StructType:
         return SOURCE_SCHEMA
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - the name Spark calls
         return StoreStreamReader(dict(self.options))

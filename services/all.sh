@@ -11,8 +11,13 @@ services=("$@")
 rc=0
 case "$cmd" in
     start)
+        # In parallel: Kafka's Maven fetch overlaps the Debian installs (lib.sh serialises apt itself).
+        pids=()
         for s in "${services[@]}"; do
-            "$here/$s.sh" start || { echo "[all] $s start failed" >&2; rc=1; }
+            "$here/$s.sh" start & pids+=($!)
+        done
+        for i in "${!services[@]}"; do
+            wait "${pids[i]}" || { echo "[all] ${services[i]} start failed" >&2; rc=1; }
         done ;;
     status)
         for s in "${services[@]}"; do

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -18,6 +19,37 @@ import requests
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# "gw0", "gw1", ... under pytest-xdist; "" in a plain run.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# Each xdist worker takes ports from its own block below Linux's ephemeral range (32768+), so two
+# workers never pick the same port, and no outgoing connection's source port takes one either.
+PORT_BLOCK = 1000
+PORT_BASE = 20000
+_port_cursor = itertools.count()
+
+
+def worker_name(name: str) -> str:
+    """``name`` made private to this pytest-xdist worker (unchanged in a plain run)."""
+    return f"{name}_{WORKER}" if WORKER else name
+
+
+def own_database(pg_url: str, database: str) -> str:
+    """The URL of ``database`` on ``pg_url``'s server, created if it does not exist yet."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from broker.store.sql import normalize_url
+
+    url = make_url(normalize_url(pg_url))
+    admin = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}).first()
+            if exists is None:
+                conn.execute(text(f'CREATE DATABASE "{database}"'))
+    finally:
+        admin.dispose()
+    return url.set(database=database).render_as_string(hide_password=False)
 
 
 def need_service(available: bool, what: str) -> None:
@@ -30,9 +62,21 @@ def need_service(available: bool, what: str) -> None:
 
 
 def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody listens on; under xdist, from this worker's own block."""
+    if not WORKER:
+        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    base = PORT_BASE + int(WORKER.removeprefix("gw")) * PORT_BLOCK
+    for _ in range(PORT_BLOCK):
+        port = base + next(_port_cursor) % PORT_BLOCK
+        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {base}..{base + PORT_BLOCK - 1}")
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

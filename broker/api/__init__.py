@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flask import current_app, request
 
 from ..errors import BadRequest
 
+if TYPE_CHECKING:
+    from ..node import Node
 
-def node() -> Any:
+
+def node() -> Node:
     """The :class:`broker.node.Node` of the current app."""
-    return current_app.extensions["toymb"]
+    return cast("Node", current_app.extensions["toymb"])
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")

@@ -141,5 +141,5 @@ class Router:
         for listener in list(self.listeners):
             try:
                 listener(gained, lost)
-            except Exception:  # noqa: BLE001 - a listener must not stop membership
+            except Exception:
                 log.exception("ownership listener failed")

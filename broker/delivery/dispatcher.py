@@ -118,7 +118,7 @@ class Dispatcher:
                     for topic, group in stale:
                         self._reload(topic, group)
                 due = self._schedule(time.monotonic())
-            except Exception:  # noqa: BLE001 - the loop must survive a store hiccup
+            except Exception:
                 log.exception("dispatcher round failed")
                 due = time.monotonic() + 1.0
             timeout = min(due, self._refresh_at) - time.monotonic()
@@ -215,7 +215,7 @@ class Dispatcher:
                 taken = self._take(state, target)
                 if taken:
                     self._push(state, target, taken)
-        except Exception:  # noqa: BLE001 - a round must always release its lanes
+        except Exception:
             log.exception("push round for %s/%s failed", state.topic, state.group)
             with self._lock:
                 for p in taken:

@@ -60,7 +60,7 @@ class Reaper:
                 if now >= next_purge:
                     next_purge = now + _PURGE_EVERY_S
                     self.groups.purge(now_ms() - PURGE_AFTER_MS)
-            except Exception:  # noqa: BLE001 - keep reaping after a store hiccup
+            except Exception:
                 log.exception("lease reaper round failed")
 
     def reap(self) -> int:

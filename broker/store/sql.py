@@ -165,11 +165,11 @@ class Store:
         if rows:
             conn.exec_driver_sql(
                 'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, body, '
-                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)  # type: ignore[arg-type]
+                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
         if ends:
             conn.exec_driver_sql(
                 f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',
-                [(n, t, p) for (t, p), n in ends.items()])  # type: ignore[arg-type]
+                [(n, t, p) for (t, p), n in ends.items()])
 
     @staticmethod
     def row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:

@@ -41,7 +41,7 @@ def sinks_for(routes: Routes, telemetry: BridgeTelemetry, settings: Any = None,
         sinks.append(KafkaSink(routes, telemetry))
     if routes.of_kind("jms-queue", "jms-topic"):
         try:
-            from . import jms  # type: ignore[attr-defined]
+            from . import jms
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.jms":
                 raise

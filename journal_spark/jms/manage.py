@@ -57,7 +57,7 @@ class ManagementServer:
             def _error(self, status: int, code: str, message: str) -> None:
                 self._send(status, {"error": code, "message": message})
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
                 if parts == ["metrics"]:
                     self._send(200, generate_latest(owner.registry), CONTENT_TYPE_LATEST)
@@ -72,7 +72,7 @@ class ManagementServer:
                 else:
                     self._error(404, "not_found", f"no such resource {self.path[:100]!r}")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 parts = [p for p in self.path.split("?", 1)[0].split("/") if p]
                 if len(parts) != 3 or parts[0] != "bridges":
                     self._error(404, "not_found", f"no such resource {self.path[:100]!r}")

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, select
 
 from broker.store.schema import messages
 from journal_spark.jms.stompclient import Frame, StompClient
-from tests.support import ROOT, NodeProcess, need_service, port_open
+from tests.support import ROOT, NodeProcess, free_port, need_service, port_open
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -40,20 +40,50 @@ def activemq() -> str:
     return STOMP_URL
 
 
-def restart_activemq(kill: bool = True) -> None:
-    """SIGKILL (or stop) ActiveMQ, then start it again and wait until both ports answer."""
-    subprocess.run([AMQ, "kill" if kill else "stop"], check=True, capture_output=True, timeout=120)
-    subprocess.run([AMQ, "start"], check=True, capture_output=True, timeout=180)
-    deadline = time.monotonic() + 60
-    while not amq_up():
-        assert time.monotonic() < deadline, "ActiveMQ did not come back"
-        time.sleep(0.2)
+class PrivateActiveMQ:
+    """An ActiveMQ of its own, started by services/activemq.sh in a private state folder and ports.
+
+    For the tests that SIGKILL and restart ActiveMQ: the shared one serves every other test (and
+    every xdist worker) meanwhile, so it is never restarted.
+    """
+
+    def __init__(self, state: Path) -> None:
+        self.stomp_port, self.openwire_port = free_port(), free_port()
+        self.url = f"stomp://127.0.0.1:{self.stomp_port}"
+        self.env = {**os.environ, "TOYMB_SERVICES_DIR": str(state), "TOYMB_AMQ_HEAP": "-Xmx256M",
+                    "TOYMB_AMQ_STOMP_PORT": str(self.stomp_port),
+                    "TOYMB_AMQ_OPENWIRE_PORT": str(self.openwire_port)}
+
+    def _run(self, command: str) -> None:
+        done = subprocess.run([AMQ, command], env=self.env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, f"services/activemq.sh {command}: {done.stderr[-2000:]}"
+
+    def up(self) -> bool:
+        return port_open("127.0.0.1", self.stomp_port) and port_open("127.0.0.1", self.openwire_port)
+
+    def start(self) -> PrivateActiveMQ:
+        self._run("start")
+        deadline = time.monotonic() + 60
+        while not self.up():
+            assert time.monotonic() < deadline, "the private ActiveMQ did not come up"
+            time.sleep(0.2)
+        return self
+
+    def restart(self, kill: bool = True) -> None:
+        """SIGKILL (or stop) it, then start it again and wait until both ports answer."""
+        self._run("kill" if kill else "stop")
+        self.start()
+
+    def stop(self) -> None:
+        self._run("stop")
 
 
-def ensure_activemq() -> None:
-    """Start ActiveMQ if a failed test left it down (other folders share it)."""
-    if not amq_up():
-        subprocess.run([AMQ, "start"], check=False, capture_output=True, timeout=180)
+@pytest.fixture(scope="module")
+def private_activemq(activemq: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateActiveMQ]:
+    """A private ActiveMQ for one test module (it needs the shared one installed first)."""
+    broker = PrivateActiveMQ(tmp_path_factory.mktemp("activemq")).start()
+    yield broker
+    broker.stop()
 
 
 def unique(prefix: str) -> str:
@@ -88,13 +118,13 @@ def wait_stored(node: NodeProcess, topic: str, count: int, timeout: float = 30.0
         time.sleep(0.1)
 
 
-def connect(client_id: str | None = None) -> StompClient:
-    return StompClient(STOMP_URL, client_id=client_id).connect()
+def connect(client_id: str | None = None, url: str = STOMP_URL) -> StompClient:
+    return StompClient(url, client_id=client_id).connect()
 
 
-def send_all(destination: str, items: list[tuple[bytes, dict[str, str]]]) -> None:
+def send_all(destination: str, items: list[tuple[bytes, dict[str, str]]], url: str = STOMP_URL) -> None:
     """Send in one transaction, committed with a receipt: all of them are durable on return."""
-    client = connect()
+    client = connect(url=url)
     try:
         for start in range(0, len(items), 2000):
             tx = f"tx-{uuid.uuid4().hex[:8]}"

@@ -1,6 +1,7 @@
 """Faults: ActiveMQ SIGKILLed and restarted under each ingress QoS; the journal job SIGKILLed during egress.
 
-ActiveMQ is shared with other test folders; it is restarted with services/activemq.sh and waited for.
+The ActiveMQ that is killed is a private one (services/activemq.sh in a folder and on ports of its
+own), so the shared one keeps serving every other test meanwhile.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ import requests
 from journal_spark.jms.ingress import STARTED
 from journal_spark.jms.stompclient import Frame
 from tests.bridges_jms.conftest import (
+    PrivateActiveMQ,
     amq_up,
     connect,
-    ensure_activemq,
-    restart_activemq,
     send_all,
     stored,
     unique,
@@ -38,17 +38,21 @@ TOTAL = 5000
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("qos", ["AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])
-def test_activemq_killed_during_a_stream(activemq: str, node: NodeProcess, tmp_path: Path, qos: str) -> None:
+def test_activemq_killed_during_a_stream(private_activemq: PrivateActiveMQ, node: NodeProcess, tmp_path: Path,
+                                         qos: str) -> None:
+    amq = private_activemq
     queue, topic = unique(f"kill-{qos.lower()}"), f"kill-{qos.lower().replace('_', '-')}"
     send_all(
-        f"/queue/{queue}", [(f"m{i}".encode(), {"persistent": "true", "seq": str(i)}) for i in range(TOTAL)]
+        f"/queue/{queue}", [(f"m{i}".encode(), {"persistent": "true", "seq": str(i)}) for i in range(TOTAL)],
+        url=amq.url,
     )
-    bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", topic, qos=qos, max_batch_size="20",
-                          max_batch_time="100", failure_retry_interval="500", max_retries="-1")
+    bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", topic, port=amq.stomp_port, qos=qos,
+                          max_batch_size="20", max_batch_time="100", failure_retry_interval="500",
+                          max_retries="-1")
     try:
         bridge.start()
         wait_until(lambda: len(stored(node, topic)) >= 300, timeout=60, what="the stream to start")
-        restart_activemq(kill=True)
+        amq.restart(kill=True)
         at_restart = bridge.message_count
         assert at_restart < TOTAL, "the bridge finished before ActiveMQ was killed; the test proved nothing"
 
@@ -59,7 +63,8 @@ def test_activemq_killed_during_a_stream(activemq: str, node: NodeProcess, tmp_p
         wait_until(settled, timeout=120, interval=0.5, what="the bridge to drain the queue")
     finally:
         bridge.stop()
-        ensure_activemq()
+        if not amq.up():
+            amq.start()
     seqs = Counter(m["headers"]["jms.seq"] for m in stored(node, topic))
     duplicates = {s: n for s, n in seqs.items() if n > 1}
     missing = TOTAL - len(seqs)

@@ -6,9 +6,9 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,6 +18,36 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 BOOTSTRAP = os.environ.get("TOYMB_TEST_KAFKA", "127.0.0.1:9092")
+
+T = TypeVar("T")
+
+# Answers a healthy single-broker Kafka gives while it settles: a new topic's leader is still being
+# elected, a coordinator is loading, a request raced a metadata refresh. Nothing else is retried.
+TRANSIENT_KAFKA_ERRORS = frozenset({
+    "NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PART", "NOT_COORDINATOR",
+    "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "REQUEST_TIMED_OUT", "_TIMED_OUT",
+    "_TRANSPORT", "_WAIT_COORD", "NOT_ENOUGH_REPLICAS",
+})
+
+
+def kafka_retry(call: Callable[[], T], what: str, *, attempts: int = 40, pause_s: float = 0.25) -> T:
+    """``call()``, retried while Kafka answers one of TRANSIENT_KAFKA_ERRORS (at most ``attempts`` times).
+
+    For the tests' own probes of Kafka (offsets, metadata), never for the behaviour under test.
+    """
+    from confluent_kafka import KafkaException
+
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() not in TRANSIENT_KAFKA_ERRORS:
+                raise
+            if attempt == attempts:
+                raise AssertionError(f"{what}: Kafka still answered {error.name()} after {attempts} tries") from exc
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +90,16 @@ def create_topics(*topics: str, partitions: int = 1) -> None:
     futures = admin.create_topics(new)
     for future in futures.values():
         future.result(timeout=30)
+    def led(topic: str) -> bool:
+        """Every partition of ``topic`` has an elected leader (clients would be told NOT_LEADER until then)."""
+        meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+            return False
+        return all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
+
     deadline = time.monotonic() + 30
-    while not all(t in admin.list_topics(timeout=10).topics for t in topics):
-        assert time.monotonic() < deadline, f"topics {topics} did not appear"
+    while not all(led(t) for t in topics):
+        assert time.monotonic() < deadline, f"topics {topics} did not get a leader for every partition"
         time.sleep(0.2)
 
 

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.store.sql import Store
-from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, routes_file
+from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, kafka_retry, routes_file
 from tests.bridges_kafka.jobproc import JournalProcess
 
 pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.slow, pytest.mark.timeout(600)]
@@ -29,8 +29,12 @@ def _open_transaction(admin: AdminClient, topic: str) -> bool:
     """True while a transaction is writing to ``topic``: its last stable offset lags the high watermark."""
     def ends(level: IsolationLevel) -> dict[int, int]:
         spec = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
-        futures = admin.list_offsets(spec, isolation_level=level, request_timeout=10)
-        return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+        def ask() -> dict[int, int]:
+            futures = admin.list_offsets(spec, isolation_level=level, request_timeout=10)
+            return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+        return kafka_retry(ask, f"list_offsets({topic})")
 
     return ends(IsolationLevel.READ_COMMITTED) != ends(IsolationLevel.READ_UNCOMMITTED)
 

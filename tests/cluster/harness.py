@@ -14,18 +14,16 @@ from typing import Any
 
 import requests
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from broker.cluster.ownership import Member, owner
 from broker.node import node_id
 from broker.store.schema import metadata
-from broker.store.sql import normalize_url
-from tests.support import NodeProcess, wait_until
+from tests.support import NodeProcess, own_database, wait_until, worker_name
 
 NAMES = ("toymb-1", "toymb-2", "toymb-3")
 LEASE_MS = 2000
 HEARTBEAT_MS = 300
-CLUSTER_DB = "toymb_cluster_test"
+CLUSTER_DB = worker_name("toymb_cluster_test")
 
 
 def private_database(pg_url: str) -> str:
@@ -34,14 +32,7 @@ def private_database(pg_url: str) -> str:
     Other test folders reset ``toymb_test`` whenever they start; nodes running for tens of
     seconds here must not have their tables dropped under them.
     """
-    url = make_url(normalize_url(pg_url))
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": CLUSTER_DB}).first()
-        if exists is None:
-            conn.execute(text(f'CREATE DATABASE "{CLUSTER_DB}"'))
-    admin.dispose()
-    own = url.set(database=CLUSTER_DB).render_as_string(hide_password=False)
+    own = own_database(pg_url, CLUSTER_DB)
     engine = create_engine(own)
     metadata.drop_all(engine)
     engine.dispose()
@@ -138,7 +129,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with receiver.lock:

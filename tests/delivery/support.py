@@ -42,7 +42,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             disable_nagle_algorithm = True  # headers and body go out as two writes
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"null")
                 with receiver.lock:

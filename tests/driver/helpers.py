@@ -44,7 +44,7 @@ class Always503(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST = do_PUT = _answer
+    do_GET = do_POST = do_PUT = _answer  # noqa: N815 - http.server's names
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -96,7 +96,7 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
             else:
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and not any(pending.glob("*.json")) and in_flight():
-                    time.sleep(0.001)
+                    time.sleep(0.003)  # a tight poll: the pending file lives for milliseconds
         finally:
             job.kill()
         planned, done = _numbers(checkpoint / "offsets"), _numbers(checkpoint / "commits")

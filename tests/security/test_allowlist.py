@@ -137,7 +137,7 @@ class Listener:
                 outer.connections += 1
                 super().setup()
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 outer.requests.append(self.rfile.read(length))
                 self.send_response(status)
