@@ -192,6 +192,8 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     previous = {}
     if threading.current_thread() is threading.main_thread():   # signals reach the main thread only
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    from pyspark.errors import StreamingQueryException
+
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
     try:
@@ -200,11 +202,23 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
             queries.append(start_query(spark, settings, sink, metrics, once=once))
         log.info("journaling %s into %s (checkpoints %s, %s)", store.dialect, settings.effective_journal_dir,
                  settings.effective_checkpoint_dir, "until drained" if once else "until stopped")
+        restarts = [0] * len(queries)
         while not stopping.is_set() and any(q.isActive for q in queries):
-            for query in queries:
-                query.awaitTermination(0.5)
-                if not query.isActive and query.exception() is not None:
-                    raise JournalFailed(f"query {query.name} failed: {query.exception()}")
+            for i, query in enumerate(queries):
+                try:
+                    query.awaitTermination(0.5)
+                except StreamingQueryException:
+                    pass  # the same error is query.exception(), looked at next
+                error = None if query.isActive else query.exception()
+                if error is not None and _spark_transient(error) and restarts[i] < MAX_TRANSIENT_RESTARTS:
+                    # The checkpoint and the idempotent sinks make a restarted query exactly once.
+                    restarts[i] += 1
+                    log.warning("query %s failed transiently (%s); restart %d of %d from its checkpoint",
+                                query.name, _spark_transient(error), restarts[i], MAX_TRANSIENT_RESTARTS)
+                    queries[i] = start_query(spark, settings, sinks[i], metrics, once=once)
+                    continue
+                if error is not None:
+                    raise JournalFailed(f"query {query.name} failed: {error}")
                 if not query.isActive and not once:
                     raise JournalFailed(f"query {query.name} stopped unexpectedly")
         return 0
@@ -222,6 +236,19 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
+
+
+# Spark-internal failures that say nothing about the data or the sinks: a Python worker that a
+# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait.
+TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
+                          "Timed out while waiting for the Python worker to connect back")
+MAX_TRANSIENT_RESTARTS = 3
+
+
+def _spark_transient(error: Any) -> str | None:
+    """The transient failure ``error`` (a query's exception) reports, or None if it is a real one."""
+    text = str(error)
+    return next((known for known in TRANSIENT_SPARK_ERRORS if known in text), None)
 
 
 def _shutdown(queries: list[Any], spark: Any) -> None:
