@@ -94,12 +94,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order and group the suite for ``pytest -n`` (pytest-xdist, ``--dist loadgroup``).
 
     Tests marked ``slow`` go first, so the long poles start early rather than finishing last.
-    The Spark jobs are what the 2 cores are short of, so the tests that run them for minutes are in
-    two groups, ``spark-a`` and ``spark-b`` (marked in their modules), each on one worker: never more
-    than two of them at once. The tests on the in-process SparkSession join ``spark-a``, so that one
-    worker starts that session once.
+    The tests on the in-process SparkSession share one worker, so only one such JVM is started.
     """
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark-a"))
+            item.add_marker(pytest.mark.xdist_group("spark"))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -19,9 +19,7 @@ from broker.store.sql import Store
 from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, kafka_retry, routes_file
 from tests.bridges_kafka.jobproc import JournalProcess
 
-# xdist_group: see tests/conftest.py
-pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.xdist_group("spark-a")]
+pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOTAL = 20_000
 PARTITIONS = 4

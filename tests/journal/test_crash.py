@@ -21,7 +21,7 @@ from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
 from tests.support import free_port, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 
 
 def _numbers(folder: Path) -> list[int]:

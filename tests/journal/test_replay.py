@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
 from broker.store.sql import Store
@@ -45,7 +44,6 @@ def _messages() -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.xdist_group("spark-a")  # see tests/conftest.py
 def test_replay_after_wiping_the_store_restores_the_topic(tmp_path: Path) -> None:
     data = tmp_path / "node"
     routes = tmp_path / "routes.properties"
