@@ -26,9 +26,13 @@ from .assignment import assign
 # Lease of ToyMB-compatible push subscribers: ToyMB's driver never heartbeats, so their lease ends
 # only when the broker revokes it (the receiver keeps failing).
 NEVER_MS = 1 << 62
-# Lease of a push subscriber the broker dropped because it kept failing: heartbeats cannot renew
-# it; registering again can.
-REVOKED_MS = 0
+# A push subscriber the broker dropped because it kept failing has the lease -(when it was revoked):
+# it is in the past, heartbeats cannot renew it (registering again can), and, like an expired one,
+# it is remembered for an hour after that moment.
+
+
+def revoked_lease(at_ms: int) -> int:
+    return -max(1, at_ms)
 _OR_CHUNK = 100
 
 
@@ -60,13 +64,13 @@ class Subscriber:
 
     @property
     def revoked(self) -> bool:
-        return self.lease_until_ms == REVOKED_MS
+        return self.lease_until_ms <= 0
 
     def live(self, at_ms: int | None = None) -> bool:
         return self.lease_until_ms >= (now_ms() if at_ms is None else at_ms)
 
     def to_json(self, partitions: list[int]) -> dict[str, Any]:
-        lease = None if self.lease_until_ms >= NEVER_MS else self.lease_until_ms
+        lease = None if self.lease_until_ms >= NEVER_MS or self.revoked else self.lease_until_ms
         return {"id": self.id, "mode": self.mode, "url": self.url, "compat": self.compat,
                 "live": self.live(), "revoked": self.revoked, "lease_until_ms": lease, "partitions": partitions}
 
@@ -160,7 +164,8 @@ class GroupStore:
     def revoke(self, sid: str) -> Subscriber | None:
         """End the lease of ``sid`` for good (it keeps failing); the caller rebalances its group."""
         with self.lock, self.engine.begin() as conn:
-            conn.execute(update(subscribers).where(subscribers.c.id == sid).values(lease_until_ms=REVOKED_MS))
+            conn.execute(update(subscribers).where(subscribers.c.id == sid)
+                         .values(lease_until_ms=revoked_lease(now_ms())))
         return self.get(sid)
 
     def stale_groups(self, at_ms: int) -> list[tuple[str, str]]:
@@ -172,9 +177,11 @@ class GroupStore:
             return [(t, g) for t, g in conn.execute(query)]
 
     def purge(self, before_ms: int) -> int:
-        """Forget subscribers whose lease ended before ``before_ms``."""
+        """Forget subscribers whose lease ended, or that were revoked, before ``before_ms``."""
+        lease = subscribers.c.lease_until_ms
+        ended = or_(and_(lease > 0, lease < before_ms), and_(lease <= 0, lease > -before_ms))
         with self.lock, self.engine.begin() as conn:
-            result = conn.execute(delete(subscribers).where(subscribers.c.lease_until_ms < before_ms))
+            result = conn.execute(delete(subscribers).where(ended))
             return int(result.rowcount)
 
     def live_groups(self, mode: str | None = None) -> list[tuple[str, str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,3 +63,23 @@ def test_four_members_split_one_hundred() -> None:
 
 def test_no_members_no_assignment() -> None:
     assert assign(100, [], {1: "a"}) == {}
+
+
+def test_a_revoked_subscriber_is_remembered_for_an_hour_like_an_expired_one(tmp_path: Path) -> None:
+    """Purging keeps subscribers whose lease ended (or was revoked) within the last hour."""
+    from broker.delivery.groups import GroupStore, now_ms
+    from broker.store.sql import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'toymb.db'}")
+    store.create_schema()
+    groups = GroupStore(store)
+    for sid in ("revoked", "expired"):
+        groups.register("t", 4, "g", sid, mode="pull", url=None, compat=False, lease_until_ms=now_ms() - 10,
+                        start="latest", max_members=10)
+    revoked = groups.revoke("revoked")
+    assert revoked is not None and revoked.revoked and not revoked.live()
+    assert groups.purge(now_ms() - 3_600_000) == 0, "a purge round right after a revocation forgets nothing"
+    assert {s.id for s in groups.members("t", "g")} == {"revoked", "expired"}
+    assert groups.get("revoked") is not None and groups.get("revoked").revoked  # type: ignore[union-attr]
+    assert groups.purge(now_ms() + 1) == 2
+    store.dispose()
