@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, jsonify, request
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from . import config as config_module
@@ -20,12 +22,43 @@ def _error_response(code: str, message: str, status: int, **extra: Any) -> tuple
     return jsonify(error=code, message=message, **extra), status
 
 
+# A client retries a 503 after this many seconds (the store or an owner is away for now).
+RETRY_AFTER_S = "1"
+# GET endpoints that move a subscriber's position: HEAD must not run them without a body.
+_NO_HEAD = frozenset({"delivery.fetch", "delivery_compat.poll"})
+
+
 def register_error_handlers(app: Flask) -> None:
+    @app.before_request
+    def refuse_head_on_fetch() -> tuple[Response, int] | None:
+        if request.method == "HEAD" and request.endpoint in _NO_HEAD:
+            response, status = _error_response("method_not_allowed", "a fetch moves the subscriber: use GET", 405)
+            response.headers["Allow"] = "GET"
+            return response, status
+        return None
+
     @app.errorhandler(BrokerError)
     def broker_error(exc: BrokerError) -> tuple[Response, int]:
+        response = jsonify(exc.to_json())
         if exc.status >= 500:
             log.warning("%s: %s", exc.code, exc.message)
-        return jsonify(exc.to_json()), exc.status
+        if exc.status == 503:
+            response.headers["Retry-After"] = RETRY_AFTER_S
+        return response, exc.status
+
+    @app.errorhandler(OperationalError)
+    @app.errorhandler(InterfaceError)
+    @app.errorhandler(PoolTimeout)
+    def store_unavailable(exc: Exception) -> tuple[Response, int]:
+        log.warning("store unavailable: %s", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        response, status = _error_response("unavailable", f"the store cannot be reached now ({type(exc).__name__})",
+                                           503)
+        response.headers["Retry-After"] = RETRY_AFTER_S
+        return response, status
+
+    @app.errorhandler(DataError)
+    def store_refused_value(exc: DataError) -> tuple[Response, int]:
+        return _error_response("bad_value", "the store refused a value of this request", 400)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:

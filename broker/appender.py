@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DataError
 
 from .envelope import NewMessage
-from .errors import BrokerError, Unavailable
+from .errors import BadRequest, BrokerError, Unavailable
 from .partitioning import partition_for
 from .store import Store, Topic
 
@@ -52,6 +53,14 @@ class _Request:
 
 
 _STOP = object()
+
+
+def _store_error(exc: Exception) -> BrokerError:
+    """What a publisher hears when the store refused its commit."""
+    if isinstance(exc, DataError):
+        # The request's own values (validation lets nothing through that the store is known to refuse).
+        return BadRequest(f"the store refused a value of this message: {type(exc).__name__}", code="bad_value")
+    return Unavailable(f"store write failed: {type(exc).__name__}")
 
 
 class Appender:
@@ -143,10 +152,18 @@ class Appender:
                 results, rows, ends = self._assign(conn, [r for r in batch if r.topic.name not in fenced])
                 self.store.write(conn, rows, ends)
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
-            log.warning("group commit of %d requests failed: %s", len(batch), exc)
             for name in names:
                 self._next.pop(name, None)
-            error = exc if isinstance(exc, BrokerError) else Unavailable(f"store write failed: {type(exc).__name__}")
+            if len(batch) > 1 and not isinstance(exc, BrokerError):
+                # One request's row must not fail the others: commit each on its own, so only the
+                # request at fault (or every one, if the store itself is down) hears of the error.
+                log.warning("group commit of %d requests failed (%s): committing them one by one",
+                            len(batch), type(exc).__name__)
+                for request in batch:
+                    self._commit([request])
+                return
+            log.warning("commit of %d requests failed: %s", len(batch), exc)
+            error = exc if isinstance(exc, BrokerError) else _store_error(exc)
             for request in batch:
                 request.future.set_exception(error)
             return

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -16,6 +18,62 @@ _INPUT_KEYS = frozenset({"id", "key", "headers", "body", "body_base64", "content
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain"
 BINARY_TYPE = "application/octet-stream"
+# JSON deeper than this is refused at the door (and delivered as base64 if it got in some other
+# way): every client library, and the broker's own renderer, can read it back.
+MAX_JSON_DEPTH = 128
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_tree(value: Any, check_text: bool) -> None:
+    """Depth at most MAX_JSON_DEPTH; with ``check_text``, no string holds a lone surrogate."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+            if check_text:
+                stack.extend((key, depth) for key in item)
+        elif isinstance(item, list):
+            children = item
+        else:
+            if check_text and isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError("it holds an unpaired UTF-16 surrogate escape") from None
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"it is nested deeper than {MAX_JSON_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
+def strict_json(raw: bytes | str) -> Any:
+    """Parse JSON that any consumer can read back, or raise ValueError saying what is wrong.
+
+    Refused: invalid UTF-8, NaN, Infinity and numbers that overflow a double, lone surrogate
+    escapes, and nesting deeper than MAX_JSON_DEPTH.
+    """
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError(f"it is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    check_text = _SURROGATE_ESCAPE.search(data) is not None
+    # Cheap bound first: a document cannot nest deeper than it has brackets.
+    if check_text or data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:
+        _check_tree(value, check_text)
+    return value
 
 
 @dataclass(frozen=True)
@@ -69,6 +127,9 @@ def _string(value: Any, what: str, max_len: int, *, allow_empty: bool = False, l
     if len(value) > max_len:
         # ``limit`` is the stable name of the setting-backed limit (header_value, not the header's name).
         raise LimitExceeded(f"{what} is longer than {max_len} characters", limit=limit or what, max=max_len)
+    if "\x00" in value:
+        # PostgreSQL cannot store NUL in text; no field of a message has a use for it either.
+        raise BadRequest(f"{what} holds a NUL character", code="bad_field", field=what)
     _utf8(value, what)
     return value
 
@@ -103,9 +164,17 @@ def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, s
         if not isinstance(encoded, str):
             raise BadRequest("body_base64 must be a base64 string", code="bad_field", field="body_base64")
         try:
-            return base64.b64decode(encoded, validate=True), content_type or BINARY_TYPE
+            raw = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             raise BadRequest("body_base64 is not valid base64", code="bad_field", field="body_base64") from None
+        if content_type and is_json_type(content_type):
+            # A JSON content type is a promise to consumers: keep it, or refuse the message now.
+            try:
+                strict_json(raw)
+            except ValueError as exc:
+                raise BadRequest(f"body_base64 is not JSON as content_type {content_type!r} says: {exc}",
+                                 code="bad_field", field="body_base64") from None
+        return raw, content_type or BINARY_TYPE
     if "body" not in obj:
         raise BadRequest("a message needs body or body_base64", code="bad_field", field="body")
     body = obj["body"]
@@ -152,10 +221,14 @@ def parse_message(obj: Any, limits: Limits) -> NewMessage:
 
 
 def decode_body(content_type: str, body: bytes) -> dict[str, Any]:
-    """The ``body`` or ``body_base64`` member of an envelope for stored bytes."""
+    """The ``body`` or ``body_base64`` member of an envelope for stored bytes.
+
+    Never fails: bytes that are not what their content type says (JSON that is invalid, too deep,
+    or holds NaN or a lone surrogate; text that is not UTF-8) are delivered as ``body_base64``.
+    """
     if is_json_type(content_type):
         try:
-            return {"body": json.loads(body)}
+            return {"body": strict_json(body)}
         except ValueError:
             pass
     elif is_text_type(content_type):

@@ -38,9 +38,12 @@ class Delivery:
         return now_ms() + int(self.node.settings.subscriber_lease_ms)
 
     def register(self, topic: str, group: str, sid: str, *, mode: str, url: str | None, start: str = "latest",
-                 compat: bool = False) -> tuple[Subscriber, list[int]]:
-        """Create or refresh a subscriber of ``group`` on ``topic`` (created if missing) and rebalance."""
-        partitions = self.node.topic(topic, create=True).partitions
+                 compat: bool = False, create: bool = True) -> tuple[Subscriber, list[int]]:
+        """Create or refresh a subscriber of ``group`` on ``topic`` and rebalance.
+
+        A missing topic is created when ``create`` (the caller may publish to it), else NotFound.
+        """
+        partitions = self.node.topic(topic, create=create).partitions
         lease = NEVER_MS if compat and mode == "push" else self.lease_until()
         result = self.groups.register(topic, partitions, group, sid, mode=mode, url=url, compat=compat,
                                       lease_until_ms=lease, start=start,

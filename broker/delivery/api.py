@@ -11,12 +11,15 @@ from flask import Blueprint, jsonify, request
 from ..api import json_object, node
 from ..errors import BadRequest, Conflict, LimitExceeded
 from ..publish import check_name
+from ..security import caller_may_publish
 from ..store import Store
 from .push import check_http_url
 
 bp = Blueprint("delivery", __name__)
 
-SUBSCRIBER_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+SUBSCRIBER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
+# ASCII digits only: int() would also take "٣", " 3" and "3_0", and raise on 5,000 digits.
+_DIGITS = re.compile(r"[0-9]{1,18}")
 _REGISTER_FIELDS = {"mode", "url", "id", "start"}
 
 
@@ -25,7 +28,8 @@ def delivery() -> Any:
 
 
 def check_subscriber_id(value: Any) -> str:
-    if not isinstance(value, str) or not SUBSCRIBER_ID.match(value):
+    # fullmatch: with match and "$", "victim\n" would pass as an id of its own.
+    if not isinstance(value, str) or not SUBSCRIBER_ID.fullmatch(value):
         raise BadRequest("subscriber id must match ^[A-Za-z0-9._:@-]{1,200}$", code="bad_subscriber_id")
     return value
 
@@ -34,10 +38,9 @@ def _int_arg(name: str, default: int, low: int, high: int) -> int:
     raw = request.args.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer", code="bad_parameter", parameter=name) from None
+    if not _DIGITS.fullmatch(raw):
+        raise BadRequest(f"{name} must be a whole number in ASCII digits", code="bad_parameter", parameter=name)
+    value = int(raw)
     if value < low:
         raise BadRequest(f"{name} must be at least {low}", code="bad_parameter", parameter=name)
     if value > high:
@@ -81,7 +84,9 @@ def register(topic: str, group: str) -> Any:
         raise BadRequest('start must be "latest" or "earliest"', code="bad_start")
     sid = body.get("id")
     sid = uuid.uuid4().hex if sid is None else check_subscriber_id(sid)
-    sub, partitions = delivery().register(topic, group, sid, mode=mode, url=url, start=start)
+    # A consume-only token may join a topic, never create one (PUT of the topic is refused to it too).
+    sub, partitions = delivery().register(topic, group, sid, mode=mode, url=url, start=start,
+                                          create=caller_may_publish(topic))
     return jsonify(subscriber_id=sub.id, topic=topic, group=group, mode=sub.mode, partitions=partitions,
                    lease_ms=node().settings.subscriber_lease_ms), 201
 
@@ -144,9 +149,9 @@ def commit(topic: str, group: str) -> Any:
         raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
     offsets: dict[int, int] = {}
     for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit() and int(key) < partitions):
-            raise BadRequest(f"{key!r} is not a partition of {topic!r}", code="bad_offsets")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
+            raise BadRequest(f"{key[:40]!r} is not a partition of {topic!r}", code="bad_offsets")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
             raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
         offsets[int(key)] = value
     d = delivery()

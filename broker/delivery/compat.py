@@ -20,6 +20,7 @@ from flask import Blueprint, Response
 from ..api import json_object, node
 from ..errors import BadRequest, Conflict
 from ..publish import check_name
+from ..security import caller_may_publish
 from .api import check_subscriber_id, delivery
 from .push import check_http_url, entity_text
 
@@ -63,7 +64,8 @@ def subscribe() -> Any:
         node().check_push_url(url)
     sid = body.get("id")
     sid = str(uuid.uuid4()) if sid is None else check_subscriber_id(sid)
-    sub, _ = delivery().register(topic, group, sid, mode=mode, url=url, compat=True)
+    sub, _ = delivery().register(topic, group, sid, mode=mode, url=url, compat=True,
+                                 create=caller_may_publish(topic))
     return _text(sub.id)
 
 

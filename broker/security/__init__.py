@@ -17,7 +17,7 @@ from ..config import Settings
 from ..errors import BrokerError, ConfigError
 from .allowlist import build as build_allowlist
 from .authz import Authorizer, subscriber_topic_lookup
-from .tokens import parse_tokens
+from .tokens import PUBLISH, parse_tokens
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +84,12 @@ def check_bind(settings: Settings) -> None:
     raise ConfigError(f"refusing to bind {settings.host}: no tokens are configured, so anyone who can "
                       "reach it could publish and read every topic. Set TOYMB_TOKENS, or "
                       "TOYMB_ALLOW_REMOTE=true to serve remote clients without tokens")
+
+
+def caller_may_publish(topic: str) -> bool:
+    """Whether the current request's caller may publish to ``topic``, and so create it.
+
+    True when security is not installed, or the request was let in without a grant.
+    """
+    grant = g.get("toymb_grant")
+    return grant is None or bool(grant.allows(PUBLISH, topic))

@@ -95,8 +95,8 @@ def is_loopback(remote_addr: str | None) -> bool:
 def _body_topic(request: Request) -> str | None:
     try:
         body = json.loads(request.get_data(cache=True) or b"null")
-    except ValueError:
-        return None
+    except (ValueError, RecursionError):
+        return None  # the handler answers the bad body with a 400
     topic = body.get("topicName") if isinstance(body, dict) else None
     return topic if isinstance(topic, str) else None
 

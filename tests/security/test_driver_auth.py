@@ -25,8 +25,8 @@ def secured_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProce
 
 def test_publish_and_consume_with_tokens(secured_node: NodeProcess) -> None:
     with Template(secured_node.url, token=PUB) as pub, Template(secured_node.url, token=CON) as con:
+        coords = pub.send("orders.paid", "customer-7", {"total": 12})  # a consume token cannot create it
         sub = con.register("orders.paid", "billing", mode="pull", start="earliest")
-        coords = pub.send("orders.paid", "customer-7", {"total": 12})
         messages = con.fetch("orders.paid", "billing", sub.subscriber_id, wait_ms=2000)
         assert [(m.partition, m.offset, m.body) for m in messages] == [
             (coords.partition, coords.offset, {"total": 12})
