@@ -91,7 +91,7 @@ def test_a_nul_character_is_a_400_naming_the_field(node_app: Flask, field: str) 
     elif field == "header value":
         message["headers"] = {"h": "v\u0000"}
     else:
-        message[field] = f"a\u0000b"
+        message[field] = "a\u0000b"
     r = node_app.test_client().post("/v1/topics/t/messages", json=message)
     assert r.status_code == 400, r.get_data(as_text=True)
     assert "NUL" in r.get_json()["message"]
