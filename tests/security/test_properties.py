@@ -65,7 +65,9 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
     max_leaves=15,
 )
-headers = st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=16), max_size=4)
+# Ids, keys and headers: valid Unicode without NUL (refused with a 400 naming the field); bodies may hold NUL.
+field_chars = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
+headers = st.dictionaries(st.text(field_chars, min_size=1, max_size=8), st.text(field_chars, max_size=16), max_size=4)
 
 
 @st.composite
@@ -84,9 +86,9 @@ def valid_messages(draw: st.DrawFn) -> dict[str, Any]:
     else:
         message["body_base64"] = base64.b64encode(draw(st.binary(max_size=64))).decode()
     if draw(st.booleans()):
-        message["id"] = draw(st.text(min_size=1, max_size=16))
+        message["id"] = draw(st.text(field_chars, min_size=1, max_size=16))
     if draw(st.booleans()):
-        message["key"] = draw(st.none() | st.text(max_size=16))
+        message["key"] = draw(st.none() | st.text(field_chars, max_size=16))
     if draw(st.booleans()):
         message["headers"] = draw(headers)
     return message
