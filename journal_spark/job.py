@@ -213,8 +213,11 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
                 if error is not None and _spark_transient(error) and restarts[i] < MAX_TRANSIENT_RESTARTS:
                     # The checkpoint and the idempotent sinks make a restarted query exactly once.
                     restarts[i] += 1
-                    log.warning("query %s failed transiently (%s); restart %d of %d from its checkpoint",
-                                query.name, _spark_transient(error), restarts[i], MAX_TRANSIENT_RESTARTS)
+                    pause = min(30.0, 2.0 ** restarts[i])  # a loaded machine needs time, not haste
+                    log.warning("query %s failed transiently (%s); restart %d of %d from its checkpoint in %.0f s",
+                                query.name, _spark_transient(error), restarts[i], MAX_TRANSIENT_RESTARTS, pause)
+                    if stopping.wait(pause):
+                        break
                     queries[i] = start_query(spark, settings, sinks[i], metrics, once=once)
                     continue
                 if error is not None:
@@ -242,7 +245,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
 # loaded machine started too slowly for the JVM's fixed 10 s connect-back wait.
 TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
                           "Timed out while waiting for the Python worker to connect back")
-MAX_TRANSIENT_RESTARTS = 3
+MAX_TRANSIENT_RESTARTS = 8
 
 
 def _spark_transient(error: Any) -> str | None:
