@@ -36,6 +36,7 @@ TOTAL = 5000
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("private-activemq")  # one worker, so one private ActiveMQ serves all three
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("qos", ["AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE"])
 def test_activemq_killed_during_a_stream(private_activemq: PrivateActiveMQ, node: NodeProcess, tmp_path: Path,
