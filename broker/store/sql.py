@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, tuple_
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, text, tuple_
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import NullPool
 
@@ -23,6 +23,8 @@ from . import schema
 from .schema import messages, partitions, topics
 
 log = logging.getLogger(__name__)
+# The PostgreSQL advisory lock that serialises schema creation (any constant: "toymb" in ASCII).
+_SCHEMA_LOCK_KEY = 0x746F796D62
 
 _ID_CHUNK = 500
 
@@ -81,7 +83,13 @@ class Store:
         """Create missing tables; safe to call from several processes at once."""
         for attempt in range(5):
             try:
-                schema.metadata.create_all(self.engine)
+                with self.engine.begin() as conn:
+                    if self.dialect == "postgresql":
+                        # Nodes of a cluster start together; without the lock two of them both see a
+                        # table missing and the second CREATE fails (DuplicateTable). DDL is
+                        # transactional there, so the lock holds until the tables are committed.
+                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                    schema.metadata.create_all(conn)
                 return
             except (IntegrityError, OperationalError) as exc:  # another process raced us
                 if attempt == 4:
