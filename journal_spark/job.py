@@ -210,12 +210,13 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
                 except StreamingQueryException:
                     pass  # the same error is query.exception(), looked at next
                 error = None if query.isActive else query.exception()
-                if error is not None and _spark_transient(error) and restarts[i] < MAX_TRANSIENT_RESTARTS:
+                transient = None if error is None else _spark_transient(error)
+                if transient is not None and restarts[i] < MAX_TRANSIENT_RESTARTS:
                     # The checkpoint and the idempotent sinks make a restarted query exactly once.
                     restarts[i] += 1
                     pause = min(30.0, 2.0 ** restarts[i])  # a loaded machine needs time, not haste
                     log.warning("query %s failed transiently (%s); restart %d of %d from its checkpoint in %.0f s",
-                                query.name, _spark_transient(error), restarts[i], MAX_TRANSIENT_RESTARTS, pause)
+                                query.name, transient, restarts[i], MAX_TRANSIENT_RESTARTS, pause)
                     if stopping.wait(pause):
                         break
                     queries[i] = start_query(spark, settings, sinks[i], metrics, once=once)
