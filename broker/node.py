@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .appender import Appender
 from .config import Settings
 from .enrichers import TopicEnricher, load_enrichers
-from .errors import BadRequest, NotFound
+from .errors import BadRequest, Forbidden, NotFound
 from .metrics import Metrics
 from .publish import Publisher, check_name
 from .store import Store, Topic
@@ -31,6 +32,11 @@ def node_id(name: str) -> str:
     return hashlib.sha1(name.encode("utf-8")).hexdigest()[:16]
 
 
+def _no_push_addresses(url: str) -> list[str]:
+    """Until security installs the allowlist, no URL may receive pushes: closed by default."""
+    raise Forbidden("no push allowlist is installed on this node", code="push_url_not_allowed")
+
+
 class Node:
     """Everything one broker process owns. Build it with :func:`broker.app.create_app`."""
 
@@ -49,8 +55,9 @@ class Node:
         self._topics: dict[str, Topic] = {}
         self._topics_lock = threading.Lock()
         self.started = False
-        # Checks a push URL must pass at registration; security adds the allowlist here.
-        self.push_url_checks: list[Any] = []
+        # The addresses a push URL may be connected to, or a BrokerError: security sets the
+        # allowlist here. It runs at registration and for every push connection.
+        self.push_addresses: Callable[[str], list[str]] = _no_push_addresses
         # Set by the cluster service: decides topic owners and forwards to them.
         self.router: Any = None
 
@@ -63,8 +70,7 @@ class Node:
 
     def check_push_url(self, url: str) -> None:
         """Raise a BrokerError when ``url`` may not receive pushes."""
-        for check in self.push_url_checks:
-            check(url)
+        self.push_addresses(url)
 
     def forward_if_remote(self, topic: str) -> tuple[Response, int] | None:
         """None when this node owns ``topic``; otherwise the owner's answer as (Response, status)."""

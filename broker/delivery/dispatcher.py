@@ -31,7 +31,8 @@ from .deadletter import dead_letter
 from .groups import GroupStore, Subscriber
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
-from .push import Outcome, Pusher, backoff_s, batch_body, compat_body, envelope_json
+from .push import backoff_s, batch_body, compat_body, envelope_json
+from .pusher import Outcome, Pusher
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -51,7 +52,8 @@ class Dispatcher:
         self.groups = groups
         s = node.settings
         self.settings = s
-        self.pusher = Pusher(s.push_timeout_ms, s.push_workers)
+        # Late-bound: security installs the allowlist after delivery, and every push asks it anew.
+        self.pusher = Pusher(s.push_timeout_ms, lambda url: node.push_addresses(url))
         self.offsets = OffsetCommitter(groups)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()

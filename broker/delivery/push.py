@@ -1,16 +1,12 @@
-"""Push requests: the bodies a receiver gets, one pooled HTTP session, and retry delays."""
+"""Push requests: the bodies a receiver gets, and retry delays (the client is :mod:`.pusher`)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import random
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
-
-import requests
-from requests.adapters import HTTPAdapter
 
 from ..errors import BadRequest
 from ..store import Store
@@ -18,7 +14,6 @@ from ..store import Store
 # ToyMB's messageId is a Java long; ours are (partition, offset), packed so the number stays
 # unique within a topic and readable: partition 17, offset 42 -> 17000000000042.
 _COMPAT_ID_STRIDE = 10**12
-_MAX_ANSWER = 64 * 1024
 
 
 def check_http_url(url: Any) -> str:
@@ -70,47 +65,3 @@ def compat_body(topic: str, subscriber_id: str, row: Any) -> bytes:
     return json.dumps({"topicName": topic, "forSubscriber": subscriber_id,
                        "messageId": compat_message_id(row.partition, row.offset),
                        "entity": entity_text(bytes(row.body))}, ensure_ascii=False).encode("utf-8")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    reason: str
-    # The receiver could not be reached at all: a fault of the subscriber, not of the message.
-    unreachable: bool = False
-
-
-class Pusher:
-    """POSTs to receivers over one pooled session; never follows redirects."""
-
-    def __init__(self, timeout_ms: int, pool_size: int) -> None:
-        self.timeout = timeout_ms / 1000.0
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=32, pool_maxsize=max(4, pool_size), max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.trust_env = False  # a proxy from the environment must not see subscriber traffic
-
-    def post(self, url: str, body: bytes) -> Outcome:
-        try:
-            resp = self.session.post(url, data=body, headers={"Content-Type": "application/json"},
-                                     timeout=self.timeout, allow_redirects=False, stream=True)
-        except requests.ConnectionError as exc:  # includes ConnectTimeout: nobody answered
-            return Outcome(False, f"unreachable: {type(exc).__name__}", unreachable=True)
-        except requests.Timeout:
-            return Outcome(False, f"timeout after {self.timeout:g}s")
-        except requests.RequestException as exc:
-            return Outcome(False, f"request failed: {type(exc).__name__}")
-        try:
-            # Read a bounded answer so the connection can go back to the pool; a larger one is dropped.
-            resp.raw.read(_MAX_ANSWER, decode_content=False)
-        except Exception:  # noqa: BLE001 - the status is all that counts
-            pass
-        finally:
-            resp.close()
-        if 200 <= resp.status_code < 300:
-            return Outcome(True, f"http {resp.status_code}")
-        return Outcome(False, f"http {resp.status_code}")
-
-    def close(self) -> None:
-        self.session.close()

@@ -35,7 +35,7 @@ def install(app: Flask, node: Any) -> None:
     authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
                             subscriber_topic=subscriber_topic_lookup(node))
     allowlist = build_allowlist(settings.push_allow, loopback_only=authorizer.loopback_only)
-    node.push_url_checks.append(allowlist)
+    node.push_addresses = allowlist.addresses
     node.extensions["security"] = authorizer
     failures = node.metrics.auth_failures
 

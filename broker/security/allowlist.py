@@ -17,7 +17,10 @@ With the setting empty, a node that serves only loopback clients (no tokens, no
 could reach those anyway. A node open to remote clients allows nothing until the list is set,
 since its own loopback services are exactly what an SSRF would aim at.
 
-The check runs when a subscriber registers. Delivery must not follow redirects.
+The check runs when a subscriber registers, and again for every push connection: the push
+client connects only to an address that the current allowlist allows (see
+:mod:`broker.delivery.pusher`), so DNS rebinding and a narrowed allowlist both stop pushes.
+Delivery never follows redirects.
 """
 
 from __future__ import annotations
@@ -82,7 +85,11 @@ class PushAllowlist:
         return bool(containing) or by_name
 
     def __call__(self, url: str) -> None:
-        """Raise unless the broker may POST to ``url``.
+        """Raise unless the broker may POST to ``url``; see :meth:`addresses`."""
+        self.addresses(url)
+
+    def addresses(self, url: str) -> list[str]:
+        """The addresses the broker may connect to for ``url``: every one its host resolves to now.
 
         Raises:
             BadRequest: the URL is malformed, not http(s), carries credentials or does not resolve.
@@ -109,20 +116,25 @@ class PushAllowlist:
         except ValueError:
             literal = None
         if literal is not None:
-            addresses = [literal]
+            resolved = [host]
         else:
             try:
-                addresses = [_address(a) for a in self.resolver(host, port)]
+                resolved = self.resolver(host, port)
             except (OSError, UnicodeError, ValueError):
                 raise BadRequest(f"push url host {host!r} does not resolve", code="bad_push_url",
                                  field="url") from None
-            if not addresses:
-                raise BadRequest(f"push url host {host!r} does not resolve", code="bad_push_url", field="url")
+        try:
+            addresses = [_address(a) for a in resolved]
+        except ValueError:
+            raise BadRequest(f"push url host {host!r} does not resolve", code="bad_push_url", field="url") from None
+        if not addresses:
+            raise BadRequest(f"push url host {host!r} does not resolve", code="bad_push_url", field="url")
         for address in addresses:
             if not self._allowed(address, by_name):
                 shown = host if literal is not None else f"{host} ({address})"
                 raise Forbidden(f"push url host {shown} is not allowed by push_allow (TOYMB_PUSH_ALLOW)",
                                 code="push_url_not_allowed", limit="push_allow", url=url)
+        return [str(a) for a in addresses]
 
 
 def build(entries: Sequence[str], *, loopback_only: bool) -> PushAllowlist:

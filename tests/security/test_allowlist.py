@@ -127,7 +127,8 @@ def test_the_empty_default() -> None:
 class Listener:
     """A loopback HTTP server recording every connection and request it gets."""
 
-    def __init__(self, host: str = "127.0.0.1", status: int = 200, location: str | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", status: int = 200, location: str | None = None,
+                 port: int = 0) -> None:
         self.connections = 0
         self.requests: list[bytes] = []
         outer = self
@@ -149,7 +150,7 @@ class Listener:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
