@@ -127,5 +127,6 @@ def install(app: Flask, node: Node) -> None:
     app.register_blueprint(compat.bp)
     node.appender.listeners.append(delivery.dispatcher.on_commit)
     node.appender.listeners.append(delivery.fetcher.on_commit)
+    node.appender.listeners.append(delivery.reaper.on_commit)
     node.services.append(delivery.dispatcher)
     node.services.append(delivery.reaper)

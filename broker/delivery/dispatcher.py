@@ -15,11 +15,14 @@ using up attempts, and if it stays unreachable for a lease period, or dead-lette
 ``push_fail_limit`` messages in a row, it loses its lease and its partitions move.
 
 Memory holds only a cache of SQL (positions, known ends): lanes are reloaded from the committed
-offsets whenever a topic becomes owned, a group rebalances, or every few seconds.
+offsets whenever a topic becomes owned or a group rebalances, and a few groups at a time as a
+safety net. The scheduler looks only at subscribers that something happened to, so an idle
+subscriber costs nothing.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -40,6 +43,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0
+# Groups re-read from SQL each refresh tick although nothing invalidated them: a safety net.
+ROLLING_RELOADS = 2
+# A push subscriber as the scheduler knows it: (topic, group, subscriber id).
+Key = tuple[str, str, str]
 
 
 class Dispatcher:
@@ -62,6 +69,10 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._state: dict[tuple[str, str], GroupLanes] = {}
         self._stale: set[tuple[str, str]] = set()
+        self._loaded_at: dict[tuple[str, str], float] = {}
+        self._candidates: set[Key] = set()
+        self._timers: dict[Key, float] = {}
+        self._heap: list[tuple[float, Key]] = []
         self._refresh_at = 0.0
 
     # -- service ------------------------------------------------------------------------------
@@ -97,6 +108,8 @@ class Dispatcher:
                         lane = group.lanes.get(p)
                         if lane is not None:
                             lane.dirty = True
+                            if lane.holder is not None:
+                                self._consider((topic, group.group, lane.holder))
         self._wake.set()
 
     def invalidate(self, topic: str, group: str) -> None:
@@ -128,19 +141,29 @@ class Dispatcher:
             self._wake.clear()
 
     def _refresh_all(self) -> None:
+        """Load groups that became pushable here, drop gone ones, and re-read a few of the others.
+
+        Every change this node makes (registration, rebalance, lease loss) invalidates its group
+        at once; re-reading the rest, a few each tick, is only a safety net, so its cost does not
+        grow with the number of idle groups.
+        """
         wanted = {pair for pair in self.groups.live_groups("push") if self.node.owns(pair[0])}
         with self._lock:
             for pair in list(self._state):
                 if pair not in wanted:
                     del self._state[pair]  # rounds in flight keep their own references
+                    self._loaded_at.pop(pair, None)
             self._stale -= wanted
-        for topic, group in sorted(wanted):
+            fresh = [pair for pair in wanted if pair not in self._state]
+            oldest = sorted((pair for pair in self._state), key=lambda pair: self._loaded_at.get(pair, 0.0))
+        for topic, group in sorted(fresh) + oldest[:ROLLING_RELOADS]:
             self._reload(topic, group)
 
     def _reload(self, topic: str, group: str) -> None:
         if not self.node.owns(topic):
             with self._lock:
                 self._state.pop((topic, group), None)
+                self._loaded_at.pop((topic, group), None)
             return
         try:
             count = self.node.topic(topic).partitions
@@ -154,6 +177,7 @@ class Dispatcher:
         with self._lock:
             if not members:
                 self._state.pop((topic, group), None)
+                self._loaded_at.pop((topic, group), None)
                 return
             state = self._state.setdefault((topic, group), GroupLanes(topic, group))
             for p in range(count):
@@ -174,39 +198,64 @@ class Dispatcher:
                 target = state.targets.setdefault(sid, Target(member))
                 target.sub = member
                 target.partitions = sorted(p for p, s in assignment.items() if s == sid)
+                self._consider((topic, group, sid))
+            self._loaded_at[(topic, group)] = time.monotonic()
 
     def _ready(self, lane: Lane, sid: str, now: float) -> bool:
         return (lane.holder == sid and not lane.busy and lane.not_before <= now
                 and (lane.dirty or lane.position < lane.end))
 
+    def _consider(self, key: Key) -> None:
+        """Look at this subscriber at the next schedule (caller holds the lock)."""
+        self._candidates.add(key)
+
+    def _timer(self, key: Key, at: float) -> None:
+        """Look at this subscriber again at ``at`` (caller holds the lock)."""
+        if at < self._timers.get(key, float("inf")):
+            self._timers[key] = at
+            heapq.heappush(self._heap, (at, key))
+
     def _schedule(self, now: float) -> float:
-        """Start a round for every idle subscriber with ready lanes; returns when to look again."""
-        due = now + REFRESH_S
+        """Start a round for every candidate subscriber with ready lanes; returns when to look again.
+
+        Only subscribers that something happened to are looked at (new messages in a partition
+        they hold, a reload, their last round ending, a backoff running out), so idle
+        subscribers cost nothing however many there are.
+        """
         pool = self._pool
         if pool is None:
-            return due
+            return now + REFRESH_S
         with self._lock:
-            for state in self._state.values():
-                for target in state.targets.values():
-                    if target.busy:
+            while self._heap and self._heap[0][0] <= now:
+                at, key = heapq.heappop(self._heap)
+                if self._timers.get(key) == at:
+                    del self._timers[key]
+                    self._candidates.add(key)
+            candidates, self._candidates = self._candidates, set()
+            for key in candidates:
+                state = self._state.get((key[0], key[1]))
+                target = state.targets.get(key[2]) if state is not None else None
+                if state is None or target is None or target.busy:
+                    continue  # gone, or its round in flight will make it a candidate again
+                if target.not_before > now:
+                    self._timer(key, target.not_before)
+                    continue
+                ready, soonest = False, None
+                for p in target.partitions:
+                    lane = state.lanes.get(p)
+                    if lane is None or lane.holder != target.sub.id or lane.busy:
                         continue
-                    if target.not_before > now:
-                        due = min(due, target.not_before)
-                        continue
-                    ready = False
-                    for p in target.partitions:
-                        lane = state.lanes.get(p)
-                        if lane is None or lane.holder != target.sub.id or lane.busy:
-                            continue
-                        if lane.dirty or lane.position < lane.end:
-                            if lane.not_before <= now:
-                                ready = True
-                                break
-                            due = min(due, lane.not_before)
-                    if ready:
-                        target.busy = True
-                        pool.submit(self._round, state, target)
-        return due
+                    if lane.dirty or lane.position < lane.end:
+                        if lane.not_before <= now:
+                            ready = True
+                            break
+                        soonest = lane.not_before if soonest is None else min(soonest, lane.not_before)
+                if ready:
+                    target.busy = True
+                    pool.submit(self._round, state, target)
+                elif soonest is not None:
+                    self._timer(key, soonest)
+            return self._heap[0][0] if self._heap else now + REFRESH_S
 
     # -- one round ----------------------------------------------------------------------------
 
@@ -227,6 +276,7 @@ class Dispatcher:
                 for p in taken:
                     state.lanes[p].busy = False
                 target.busy = False
+                self._consider((state.topic, state.group, target.sub.id))
             self._wake.set()
 
     def _take(self, state: GroupLanes, target: Target) -> list[int]:

@@ -87,6 +87,13 @@ class GroupStore:
         self.store = store
         self.engine = store.engine
         self.lock = threading.RLock()
+        # Topics whose committed offsets changed since the lag gauge last looked.
+        self._offsets_moved: set[str] = set()
+
+    def take_offsets_moved(self) -> set[str]:
+        """The topics whose committed offsets changed since the last call."""
+        moved, self._offsets_moved = self._offsets_moved, set()
+        return moved
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -176,6 +183,14 @@ class GroupStore:
         with self.engine.connect() as conn:
             return [(t, g) for t, g in conn.execute(query)]
 
+    def expired_between(self, since_ms: int, at_ms: int) -> list[tuple[str, str]]:
+        """Groups of subscribers whose lease ended in [since_ms, at_ms)."""
+        lease = subscribers.c.lease_until_ms
+        query = (select(subscribers.c.topic, subscribers.c.group_name).distinct()
+                 .where(lease >= since_ms, lease < at_ms))
+        with self.engine.connect() as conn:
+            return [(t, g) for t, g in conn.execute(query)]
+
     def purge(self, before_ms: int) -> int:
         """Forget subscribers whose lease ended, or that were revoked, before ``before_ms``."""
         lease = subscribers.c.lease_until_ms
@@ -247,6 +262,7 @@ class GroupStore:
                 conn.execute(group_offsets.insert(), rows)
         except IntegrityError:
             pass  # another registration of the same new group won the race; its offsets stand
+        self._offsets_moved.add(topic)
 
     def committed(self, topic: str, group: str) -> dict[int, int]:
         query = select(group_offsets.c.partition, group_offsets.c.next_offset).where(
@@ -271,6 +287,8 @@ class GroupStore:
                            group_offsets.c.partition == bindparam("b_p"),
                            group_offsets.c.next_offset < bindparam("b_n"))
                     .values(next_offset=bindparam("b_n")), rows)
+        if rows:
+            self._offsets_moved.add(topic)
         return sum(r["b_n"] - old[r["b_p"]] for r in rows)
 
     def lags(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from .groups import Subscriber
 
 
-@dataclass
+@dataclass(slots=True)
 class Lane:
     """One (topic, group, partition): where its push delivery stands."""
 
@@ -21,7 +21,7 @@ class Lane:
     holder: str | None = None  # the push subscriber it is assigned to
 
 
-@dataclass
+@dataclass(slots=True)
 class Target:
     """One push subscriber and how it has been answering."""
 
@@ -34,7 +34,7 @@ class Target:
     dead_streak: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class GroupLanes:
     """The lanes and push subscribers of one group of one topic."""
 

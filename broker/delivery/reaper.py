@@ -20,6 +20,10 @@ log = logging.getLogger(__name__)
 # same id; then they are forgotten.
 PURGE_AFTER_MS = 3_600_000
 _LAG_EVERY_S = 2.0
+_FULL_LAG_EVERY_S = 60.0
+_FULL_REAP_EVERY_S = 60.0
+# Leases read as ending "since the last look" overlap it by this much: clocks of nodes differ.
+_REAP_SLACK_MS = 5000
 _PURGE_EVERY_S = 60.0
 
 
@@ -36,6 +40,8 @@ class Reaper:
         self.interval = min(1.0, max(0.05, node.settings.subscriber_lease_ms / 4000.0))
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._published: set[str] = set()
+        self._reaped_to: int | None = None  # leases that ended before this were handled
 
     def start(self) -> None:
         self._stopping.clear()
@@ -49,24 +55,41 @@ class Reaper:
             self._thread = None
 
     def _run(self) -> None:
-        next_lag = next_purge = 0.0
+        next_lag = next_full_lag = next_purge = next_full_reap = 0.0
         while not self._stopping.wait(self.interval):
             try:
-                self.reap()
                 now = time.monotonic()
+                everything = now >= next_full_reap
+                if everything:
+                    next_full_reap = now + _FULL_REAP_EVERY_S
+                self.reap(everything)
                 if now >= next_lag:
                     next_lag = now + _LAG_EVERY_S
-                    self.update_lag()
+                    everything = now >= next_full_lag  # also catches topics that became owned here
+                    if everything:
+                        next_full_lag = now + _FULL_LAG_EVERY_S
+                    self.update_lag(everything)
                 if now >= next_purge:
                     next_purge = now + _PURGE_EVERY_S
                     self.groups.purge(now_ms() - PURGE_AFTER_MS)
             except Exception:
                 log.exception("lease reaper round failed")
+                self._reaped_to = None  # look at everything next time
 
-    def reap(self) -> int:
-        """Rebalance every owned group where an expired subscriber holds partitions; returns how many."""
+    def reap(self, everything: bool = False) -> int:
+        """Rebalance owned groups where an expired subscriber holds partitions; returns how many.
+
+        Usually only the leases that ended since the last look are read (a small query however
+        many subscribers are idle); ``everything`` looks at every assignment, which the loop does
+        now and then and after a failed round, and which finds deleted subscribers too.
+        """
+        at = now_ms()
+        if everything or self._reaped_to is None:
+            pairs = self.groups.stale_groups(at)
+        else:
+            pairs = self.groups.expired_between(self._reaped_to - _REAP_SLACK_MS, at)
         count = 0
-        for topic, group in self.groups.stale_groups(now_ms()):
+        for topic, group in pairs:
             if not self.node.owns(topic):
                 continue
             try:
@@ -77,9 +100,20 @@ class Reaper:
             log.info("rebalanced %s/%s after a lease expired", topic, group)
             self.on_rebalance(topic, group)
             count += 1
+        self._reaped_to = at
         return count
 
-    def update_lag(self) -> None:
-        pairs = [(t, g) for t, g in self.groups.all_groups() if self.node.owns(t)]
+    def on_commit(self, topic: str, partitions: set[int]) -> None:
+        """Appender listener: the lag of ``topic``'s groups grew."""
+        self._published.add(topic)
+
+    def update_lag(self, everything: bool = False) -> None:
+        """Refresh the lag gauge of the groups whose topic saw publishes or commits (or of all)."""
+        published, self._published = self._published, set()
+        changed = published | self.groups.take_offsets_moved()
+        if not changed and not everything:
+            return  # idle groups cost nothing
+        pairs = [(t, g) for t, g in self.groups.all_groups()
+                 if (everything or t in changed) and self.node.owns(t)]
         for (topic, group), lag in self.groups.lags(pairs).items():
             self.node.metrics.lag.labels(topic, group).set(lag)
