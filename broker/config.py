@@ -96,6 +96,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_header_value", _pos, 8192, (), "longest header value"),
     Setting("max_id", _pos, 256, (), "longest message id or key"),
     Setting("threads", _pos, 32, (), "WSGI worker threads"),
+    Setting("max_connections", _pos, 1000, (), "most open HTTP connections; past it the least recently active idle "
+            "one is closed (503 if all are busy)"),
+    Setting("idle_timeout_ms", _pos, 30000, (), "an HTTP connection with no request in progress is closed after this"),
+    Setting("header_timeout_ms", _pos, 10000, (), "a request's headers must be in this long after its first byte"),
     Setting("commit_max_rows", _pos, 5000, (), "most rows in one group commit"),
     Setting("push_max_attempts", _pos, 5, (), "push attempts before a message is dead-lettered"),
     Setting("push_timeout_ms", _pos, 5000, (), "total deadline of one push request: connect, send and answer"),

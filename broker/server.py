@@ -12,10 +12,9 @@ import signal
 import threading
 from types import FrameType
 
-from waitress.server import create_server
-
 from .app import create_app
 from .config import Settings
+from .http_server import HardenedServer, ensure_fd_limit
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +28,14 @@ def serve(settings: Settings) -> None:
         from .security.tls import serve_tls
 
         return serve_tls(settings)  # waitress cannot terminate TLS
+    ensure_fd_limit(settings.max_connections)  # before the node starts: a refusal leaves nothing running
     app = create_app(settings)
     node = app.extensions["toymb"]
-    server = create_server(
+    server = HardenedServer(
         app, host=settings.host, port=settings.port, threads=settings.threads,
-        connection_limit=max(100, settings.threads * 8), channel_timeout=max(60, settings.max_wait_ms // 1000 + 30),
-        # waitress's own cap is looser, so the app answers an oversized body with a JSON 413.
-        max_request_body_size=settings.max_request * 2, ident="toymb", clear_untrusted_proxy_headers=True,
+        max_connections=settings.max_connections, idle_timeout=settings.idle_timeout_ms / 1000,
+        header_timeout=settings.header_timeout_ms / 1000, max_request=settings.max_request,
+        ident="toymb", clear_untrusted_proxy_headers=True,
     )
     stopping = threading.Event()
 
