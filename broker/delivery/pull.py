@@ -43,8 +43,7 @@ class Fetcher:
         self._inflight: dict[tuple[str, str, int], InFlight] = {}
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
-        # Long polls hold a server thread each; cap them so publishes always find a thread.
-        self._waiters = threading.BoundedSemaphore(max(1, self.settings.threads // 2))
+        self._long_polls = node.long_polls  # shared with the fetches this node forwards
 
     def on_commit(self, topic: str, partitions: set[int]) -> None:
         """Appender listener: wake the fetches waiting on ``topic``."""
@@ -65,7 +64,7 @@ class Fetcher:
                 if rows or remaining <= 0:
                     return rows
                 if not waiting:
-                    if not self._waiters.acquire(blocking=False):
+                    if not self._long_polls.try_hold():
                         return rows  # too many long polls already: answer now, the client polls again
                     waiting = True
                 with self._cond:
@@ -73,7 +72,7 @@ class Fetcher:
                         self._cond.wait(timeout=min(remaining, _RECHECK_S))
         finally:
             if waiting:
-                self._waiters.release()
+                self._long_polls.release()
 
     def _fetch_once(self, topic: str, group: str, sid: str, limit: int) -> list[Any]:
         parts = self.groups.partitions_of(sid)
