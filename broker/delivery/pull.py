@@ -2,10 +2,11 @@
 
 A fetch starts each partition at the group's committed offset, or after what this subscriber
 already fetched and has not committed yet (its *in-flight* position), so a second fetch returns
-new messages. The in-flight position is forgotten, and the uncommitted messages are fetched
-again, when ``redelivery_ms`` passes without the subscriber committing progress, or when the
-partition moves to another subscriber. It is only a cache: losing it (a restart, a new owner)
-just redelivers from the committed offsets.
+new messages. It returns at most ``fetch_max_bytes`` of messages (at least one): what is past
+that is neither returned nor in flight, so the next fetch starts there. The in-flight position
+is forgotten, and the uncommitted messages are fetched again, when ``redelivery_ms`` passes
+without the subscriber committing progress, or when the partition moves to another subscriber.
+It is only a cache: losing it (a restart, a new owner) just redelivers from the committed offsets.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ class Fetcher:
                 else:
                     self._inflight.pop((topic, group, p), None)
                     starts[p] = base
-        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic))
+        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic),
+                                max_bytes=self.settings.fetch_max_bytes)
         last: dict[int, int] = {}
         for row in rows:
             last[row.partition] = max(last.get(row.partition, -1), row.offset)
