@@ -27,8 +27,9 @@ from .store import Store, Topic
 log = logging.getLogger(__name__)
 
 # A hook run inside the write transaction, before anything is written to ``topic``; it raises
-# NotOwner when this node may no longer write the topic (cluster fencing).
-FenceCheck = Callable[[Connection, str], None]
+# NotOwner when this node may no longer write the topic (cluster fencing). What it returns is run
+# only after that transaction committed (a claim of the topic is believed from then on).
+FenceCheck = Callable[[Connection, str], Callable[[], None] | None]
 CommitListener = Callable[[str, set[int]], None]
 
 
@@ -140,12 +141,15 @@ class Appender:
     def _commit(self, batch: list[_Request]) -> None:
         names = {r.topic.name for r in batch}
         fenced: dict[str, BrokerError] = {}
+        after_commit: list[Callable[[], None]] = []
         try:
             with self.store.engine.begin() as conn:
                 for name in names:
                     if self.fence is not None:
                         try:
-                            self.fence(conn, name)
+                            then = self.fence(conn, name)
+                            if then is not None:
+                                after_commit.append(then)
                         except BrokerError as exc:
                             fenced[name] = exc
                             self._next.pop(name, None)
@@ -168,6 +172,8 @@ class Appender:
                 request.future.set_exception(error)
             return
         self.commits += 1
+        for then in after_commit:
+            then()
         for (name, partition), nxt in ends.items():
             self._next[name][partition] = nxt
         touched: dict[str, set[int]] = {}

@@ -115,6 +115,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redelivery_ms", _pos, 30000, (), "fetched but uncommitted messages come back after this"),
     Setting("max_wait_ms", _non_negative, 30000, (), "longest long-poll wait"),
     Setting("max_fetch", _pos, 1000, (), "most messages in one fetch"),
+    Setting("fetch_max_bytes", _pos, 4 << 20, (), "most message bytes in one fetch (at least one message)"),
     Setting("max_subscribers", _pos, 1000, (), "most subscribers in one group"),
     Setting("node_lease_ms", _pos, 6000, (), "a node without heartbeat for this long is dead"),
     Setting("heartbeat_ms", _pos, 1000, (), "node heartbeat interval"),

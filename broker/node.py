@@ -12,6 +12,7 @@ from .appender import Appender
 from .config import Settings
 from .enrichers import TopicEnricher, load_enrichers
 from .errors import BadRequest, Forbidden, NotFound
+from .longpoll import LongPolls
 from .metrics import Metrics
 from .publish import Publisher, check_name
 from .store import Store, Topic
@@ -50,6 +51,7 @@ class Node:
         self.appender = Appender(self.store, max_rows=settings.commit_max_rows)
         self.enrichers: dict[str, list[TopicEnricher]] = {}
         self.publisher = Publisher(self)
+        self.long_polls = LongPolls(settings.threads)
         self.services: list[Service] = []
         self.extensions: dict[str, Any] = {}
         self._topics: dict[str, Topic] = {}

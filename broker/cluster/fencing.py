@@ -10,7 +10,9 @@ claimed it at. The appender calls :class:`Fence` inside its write transaction, w
 3. passes when the row still says ``owner = me, epoch = the epoch I claimed``;
 4. otherwise claims the topic with a compare-and-set ``UPDATE ... SET epoch = epoch + 1`` and
    drops the writer's cached offsets, so the next offsets come from what the previous owner
-   committed.
+   committed. The claim is believed only once the transaction commits (the appender runs what
+   the fence returns after its commit): a claim whose commit failed is simply made again by the
+   next append, instead of being remembered as ours while the row still says otherwise.
 
 A former owner that was paused keeps a stale epoch: its own lease lapsed, so step 2 refuses it,
 and when it is live again it must claim a new epoch before writing. If someone else claimed a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, text
@@ -57,7 +60,14 @@ class Fence:
         with self._lock:
             return self._epochs.get(topic)
 
-    def __call__(self, conn: Connection, topic: str) -> None:
+    def __call__(self, conn: Connection, topic: str) -> Callable[[], None] | None:
+        """Check (or claim) ``topic`` inside the append transaction ``conn``.
+
+        Returns what to run once that transaction has committed (a new claim), or None.
+
+        Raises:
+            NotOwner: this node may not write ``topic`` now (503, retryable).
+        """
         if conn.dialect.name == "postgresql":
             # A frozen node must not hold the topic's lock past its lease, or it would block the
             # next owner: the server ends its idle transaction, and we stop waiting for one.
@@ -67,7 +77,7 @@ class Fence:
         row = conn.execute(select(topics.c.owner, topics.c.epoch).where(topics.c.name == topic)
                            .with_for_update()).first()
         if row is None:
-            return  # not created yet: the writer creates topics before appending, so nothing to fence
+            return None  # not created yet: the writer creates topics before appending, so nothing to fence
         router = self.router
         if not router.owns(topic):
             raise NotOwner(f"this node does not own topic {topic!r} now; retry", owner=router.owner_of(topic))
@@ -76,7 +86,7 @@ class Fence:
         with self._lock:
             mine = self._epochs.get(topic)
             if row.owner == me and epoch == mine:
-                return
+                return None
             generation = router.generation
             if mine is not None:
                 # Someone claimed the topic after us while we still think it is ours: re-check the
@@ -91,11 +101,15 @@ class Fence:
         if claimed.rowcount != 1:
             raise NotOwner(f"topic {topic!r} changed hands concurrently; retry", owner=router.owner_of(topic))
         self._drop_cached_offsets(topic)
-        with self._lock:
-            self._epochs[topic] = epoch + 1
-            self._conflicts.pop(topic, None)
-        router.note_claimed(topic)
-        log.info("%s claimed topic %s at epoch %d (was %s at %d)", me, topic, epoch + 1, row.owner, epoch)
+
+        def committed() -> None:
+            with self._lock:
+                self._epochs[topic] = epoch + 1
+                self._conflicts.pop(topic, None)
+            router.note_claimed(topic)
+            log.info("%s claimed topic %s at epoch %d (was %s at %d)", me, topic, epoch + 1, row.owner, epoch)
+
+        return committed
 
     def _drop_cached_offsets(self, topic: str) -> None:
         # We run on the writer thread, before it assigns offsets for this very batch, so the cache

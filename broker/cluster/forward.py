@@ -4,6 +4,10 @@ The forwarded copy carries ``X-ToyMB-Forwarded: <this node>``. A node that recei
 request for a topic it does not own answers 503 ``not_owner`` naming the owner it sees, and never
 forwards again, so a request makes at most one hop whatever the nodes believe. The client gets
 exactly one answer: the owner's status and body, relayed as they are.
+
+A forwarded long poll (``wait_ms`` > 0) holds a thread here while the owner waits, so it takes a
+slot of this node's :class:`~broker.longpoll.LongPolls`, like the owner's own waiting fetches.
+Past the cap it is forwarded with ``wait_ms=0``: the owner answers at once with what it has.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from flask import Response, request
 from requests.adapters import HTTPAdapter
 
 from ..errors import Unavailable
+from ..longpoll import LongPolls
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +41,9 @@ def is_forwarded() -> bool:
 class Forwarder:
     """Relays the current Flask request to another node and returns its answer."""
 
-    def __init__(self, settings: Any, metrics: Any, node_name: str) -> None:
+    def __init__(self, settings: Any, metrics: Any, node_name: str, long_polls: LongPolls) -> None:
         self.settings = settings
+        self.long_polls = long_polls
         self.metrics = metrics
         self.node_name = node_name
         self._local = threading.local()
@@ -53,14 +59,13 @@ class Forwarder:
             self._local.session = session
         return session
 
-    def timeout(self) -> float:
-        """The forward timeout, stretched by a long-poll's own ``wait_ms``."""
-        seconds = float(self.settings.forward_timeout_ms) / 1000.0
+    def wait_ms(self) -> int:
+        """The long-poll wait the current request asks for, within ``max_wait_ms`` (0: none)."""
         try:
             wait_ms = int(request.args.get("wait_ms", "0"))
         except ValueError:
             wait_ms = 0
-        return seconds + min(max(wait_ms, 0), int(self.settings.max_wait_ms)) / 1000.0
+        return min(max(wait_ms, 0), int(self.settings.max_wait_ms))
 
     def forward(self, owner: str, owner_url: str) -> tuple[Response, int]:
         """Send the current request to ``owner`` and return its answer as ``(Response, status)``.
@@ -73,16 +78,25 @@ class Forwarder:
         if self.settings.cluster_token:
             headers[CLUSTER_TOKEN_HEADER] = self.settings.cluster_token
         url = owner_url.rstrip("/") + request.path
+        params = request.args.to_dict(flat=False)
+        wait_ms = self.wait_ms()
+        holding = wait_ms > 0 and self.long_polls.try_hold()
+        if wait_ms > 0 and not holding:
+            params["wait_ms"] = ["0"]  # too many long polls wait here already: no waiting
+            wait_ms = 0
         self.metrics.forwards.inc()
         try:
             answer = self._session().request(
-                request.method, url, params=request.args.to_dict(flat=False) or None,
-                data=request.get_data(cache=True), headers=headers, timeout=self.timeout(),
+                request.method, url, params=params or None, data=request.get_data(cache=True),
+                headers=headers, timeout=float(self.settings.forward_timeout_ms + wait_ms) / 1000.0,
                 allow_redirects=False)
         except requests.RequestException as exc:
             log.info("forward of %s %s to %s failed: %s", request.method, request.path, owner, exc)
             raise Unavailable(f"the topic's owner {owner} cannot be reached now; retry",
                               code="owner_unavailable", owner=owner) from None
+        finally:
+            if holding:
+                self.long_polls.release()
         response = Response(answer.content, status=answer.status_code)
         for name in _PASS_RESPONSE:
             if name in answer.headers:

@@ -36,7 +36,7 @@ class Router:
         self.node = node
         self.me = Member(node.name, node.id)
         self.dlq_suffix: str = node.settings.dlq_suffix
-        self.forwarder = Forwarder(node.settings, node.metrics, node.name)
+        self.forwarder = Forwarder(node.settings, node.metrics, node.name, node.long_polls)
         self.membership: Membership = None  # type: ignore[assignment]  # set by install()
         self.listeners: list[OwnershipListener] = []
         self.owned: frozenset[str] = frozenset()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BrokerError
 from .deadletter import dead_letter
-from .groups import GroupStore, Subscriber
+from .groups import GroupStore, Subscriber, within
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .push import backoff_s, batch_body, compat_body, envelope_json
@@ -336,17 +336,8 @@ class Dispatcher:
 
     def _fit(self, rows: list[Any]) -> tuple[list[Any], list[str]]:
         """Keep a prefix of each partition within ``push_max_bytes`` (at least one message)."""
-        kept: list[Any] = []
-        envelopes: list[str] = []
-        size = 0
-        for row in rows:
-            text = envelope_json(row)
-            if kept and size + len(text) > self.settings.push_max_bytes:
-                break
-            kept.append(row)
-            envelopes.append(text)
-            size += len(text)
-        return kept, envelopes
+        envelopes = within((envelope_json(r) for r in rows), len, self.settings.push_max_bytes)
+        return rows[: len(envelopes)], envelopes
 
     def _push_one_by_one(self, state: GroupLanes, sub: Subscriber, rows: list[Any], acked: dict[int, int],
                          failed: dict[int, tuple[Any, Outcome]]) -> int:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, bindparam, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -36,15 +36,35 @@ def revoked_lease(at_ms: int) -> int:
 _OR_CHUNK = 100
 
 
-@functools.lru_cache(maxsize=_OR_CHUNK)
-def _window_sql(terms: int) -> Any:
+_ROWS = ", ".join(f'"{c.name}"' for c in messages.columns)
+# What a message weighs against a byte cap: the bytes it stores (body, headers, id, key, content
+# type). Its JSON rendering is a little larger; a binary body sent as base64 is 4/3 of it.
+_SIZES = ('"partition", "offset", length("body") + length("headers") + length("id") '
+          '+ coalesce(length("key"), 0) + length("content_type") AS size')
+T = TypeVar("T")
+
+
+def within(items: Iterable[T], size: Callable[[T], int], cap: int) -> list[T]:
+    """The longest prefix of ``items`` weighing at most ``cap`` in all, and never less than the
+    first item: a message larger than the cap still goes, alone. Stops reading ``items`` there."""
+    kept: list[T] = []
+    total = 0
+    for item in items:
+        total += size(item)
+        if kept and total > cap:
+            break
+        kept.append(item)
+    return kept
+
+
+@functools.lru_cache(maxsize=2 * _OR_CHUNK)
+def _window_sql(terms: int, columns: str) -> Any:
     """``SELECT`` of several [start, end) offset windows. Built as text because building the same
     expression with SQLAlchemy's operators cost more than running it. The topic goes inside every
     term so that SQLite searches the primary key once per term (MULTI-INDEX OR) instead of
     scanning the whole topic."""
     conds = " OR ".join(f'("topic" = :t AND "partition" = :p{n} AND "offset" >= :s{n} AND "offset" < :e{n})'
                         for n in range(terms))
-    columns = ", ".join(f'"{c.name}"' for c in messages.columns)
     return text(f"SELECT {columns} FROM toymb_messages WHERE {conds}")
 
 
@@ -309,27 +329,46 @@ class GroupStore:
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, topic: str, starts: dict[int, int], limit: int,
-             ends: dict[int, int] | None = None) -> list[Any]:
+             ends: dict[int, int] | None = None, max_bytes: int | None = None) -> list[Any]:
         """Rows after ``starts`` (partition -> offset), at most ``limit``, in offset order per partition.
 
         Offsets are dense, so each partition is read as the window [start, start + k): one indexed
         query for all partitions that never scans a backlog. A partition whose window is empty
         although ``ends`` says rows exist (retention removed some) is read from its next offset.
+
+        With ``max_bytes``, the rows weigh at most that much (see :func:`within`), taken first
+        messages of every partition first, then second ones, and so on, so each partition gets a
+        prefix. Only sizes are read for the candidates; the rows themselves are loaded just for
+        what fits, so memory stays near ``max_bytes`` however large ``limit`` and the messages are.
         """
+        if max_bytes is None:
+            return self._read(topic, starts, limit, ends, _ROWS)
+        sized = self._read(topic, starts, limit, ends, _SIZES)
+        sized.sort(key=lambda r: (r.offset - starts.get(r.partition, 0), r.partition))
+        spans: dict[int, tuple[int, int]] = {}
+        for r in within(sized, lambda r: int(r.size), max_bytes):
+            first, last = spans.get(r.partition, (r.offset, r.offset))
+            spans[r.partition] = (min(first, r.offset), max(last, r.offset))
+        rows = self._windows(topic, {p: (first, last - first + 1) for p, (first, last) in spans.items()}, _ROWS)
+        rows.sort(key=lambda r: (r.partition, r.offset))
+        return rows
+
+    def _read(self, topic: str, starts: dict[int, int], limit: int, ends: dict[int, int] | None,
+              columns: str) -> list[Any]:
         if not starts or limit <= 0:
             return []
         share = max(1, limit // len(starts))
-        rows = self._windows(topic, {p: (s, share) for p, s in starts.items()})
+        rows = self._windows(topic, {p: (s, share) for p, s in starts.items()}, columns)
         got: dict[int, int] = {}
         for row in rows:
             got[row.partition] = got.get(row.partition, 0) + 1
         budget = limit - len(rows)
         if budget > 0:  # a second pass gives the unused budget to partitions that filled their share
             more = {p: (starts[p] + share, budget) for p, n in got.items() if n == share}
-            rows.extend(self._windows(topic, more))
+            rows.extend(self._windows(topic, more, columns))
         gaps = [p for p in starts if p not in got and ends is not None and starts[p] < ends.get(p, 0)]
         if gaps:
-            rows.extend(self._after_gaps(topic, {p: starts[p] for p in gaps}, share))
+            rows.extend(self._after_gaps(topic, {p: starts[p] for p in gaps}, share, columns))
         if len(rows) > limit:
             # Trim fairly and keep a prefix of every partition: first messages of all partitions
             # before second ones, and so on.
@@ -338,7 +377,7 @@ class GroupStore:
         rows.sort(key=lambda r: (r.partition, r.offset))
         return rows
 
-    def _windows(self, topic: str, windows: dict[int, tuple[int, int]]) -> list[Any]:
+    def _windows(self, topic: str, windows: dict[int, tuple[int, int]], columns: str) -> list[Any]:
         out: list[Any] = []
         items = sorted(windows.items())
         with self.engine.connect() as conn:
@@ -347,10 +386,10 @@ class GroupStore:
                 params: dict[str, Any] = {"t": topic}
                 for n, (p, (s, k)) in enumerate(chunk):
                     params.update({f"p{n}": p, f"s{n}": s, f"e{n}": s + k})
-                out.extend(conn.execute(_window_sql(len(chunk)), params).all())
+                out.extend(conn.execute(_window_sql(len(chunk), columns), params).all())
         return out
 
-    def _after_gaps(self, topic: str, starts: dict[int, int], share: int) -> list[Any]:
+    def _after_gaps(self, topic: str, starts: dict[int, int], share: int, columns: str) -> list[Any]:
         m = messages.c
         firsts: dict[int, int] = {}
         with self.engine.connect() as conn:
@@ -361,4 +400,4 @@ class GroupStore:
                     firsts[p] = found
         if not firsts:
             return []
-        return self._windows(topic, {p: (o, share) for p, o in firsts.items()})
+        return self._windows(topic, {p: (o, share) for p, o in firsts.items()}, columns)

@@ -2,10 +2,11 @@
 
 A fetch starts each partition at the group's committed offset, or after what this subscriber
 already fetched and has not committed yet (its *in-flight* position), so a second fetch returns
-new messages. The in-flight position is forgotten, and the uncommitted messages are fetched
-again, when ``redelivery_ms`` passes without the subscriber committing progress, or when the
-partition moves to another subscriber. It is only a cache: losing it (a restart, a new owner)
-just redelivers from the committed offsets.
+new messages. It returns at most ``fetch_max_bytes`` of messages (at least one): what is past
+that is neither returned nor in flight, so the next fetch starts there. The in-flight position
+is forgotten, and the uncommitted messages are fetched again, when ``redelivery_ms`` passes
+without the subscriber committing progress, or when the partition moves to another subscriber.
+It is only a cache: losing it (a restart, a new owner) just redelivers from the committed offsets.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ class Fetcher:
         self._inflight: dict[tuple[str, str, int], InFlight] = {}
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
-        # Long polls hold a server thread each; cap them so publishes always find a thread.
-        self._waiters = threading.BoundedSemaphore(max(1, self.settings.threads // 2))
+        self._long_polls = node.long_polls  # shared with the fetches this node forwards
 
     def on_commit(self, topic: str, partitions: set[int]) -> None:
         """Appender listener: wake the fetches waiting on ``topic``."""
@@ -65,7 +65,7 @@ class Fetcher:
                 if rows or remaining <= 0:
                     return rows
                 if not waiting:
-                    if not self._waiters.acquire(blocking=False):
+                    if not self._long_polls.try_hold():
                         return rows  # too many long polls already: answer now, the client polls again
                     waiting = True
                 with self._cond:
@@ -73,7 +73,7 @@ class Fetcher:
                         self._cond.wait(timeout=min(remaining, _RECHECK_S))
         finally:
             if waiting:
-                self._waiters.release()
+                self._long_polls.release()
 
     def _fetch_once(self, topic: str, group: str, sid: str, limit: int) -> list[Any]:
         parts = self.groups.partitions_of(sid)
@@ -92,7 +92,8 @@ class Fetcher:
                 else:
                     self._inflight.pop((topic, group, p), None)
                     starts[p] = base
-        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic))
+        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic),
+                                max_bytes=self.settings.fetch_max_bytes)
         last: dict[int, int] = {}
         for row in rows:
             last[row.partition] = max(last.get(row.partition, -1), row.offset)

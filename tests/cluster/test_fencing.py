@@ -106,3 +106,31 @@ def test_a_node_whose_own_lease_lapsed_neither_serves_nor_appends(app: Flask) ->
     assert client.get("/ready").status_code == 200
     assert client.post("/v1/topics/orders/messages", json={"id": "m1", "body": 1}).status_code == 201
     assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 2)]
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_a_claim_whose_commit_failed_is_not_believed_and_the_next_publish_claims_again(app: Flask) -> None:
+    """Issue 13, item 11: the first claim's transaction fails; the next publish must not hear
+    ``not_owner ... claimed by None`` until a reload, but claim the topic again and succeed."""
+    client = app.test_client()
+    engine = create_engine(app.extensions["toymb"].store.url)
+    try:
+        # Another session really holds a lock the append needs: the fence's claim (an UPDATE of
+        # toymb_topics) goes through, then the INSERT of the message waits, and the transaction
+        # fails at the fence's lock_timeout (the node lease, 1 s here).
+        with engine.begin() as blocker:
+            blocker.execute(text("LOCK TABLE toymb_messages IN SHARE MODE"))
+            failed = client.post("/v1/topics/orders/messages", json={"id": "m0", "key": "k", "body": 0})
+            assert failed.status_code == 503, failed.get_data(as_text=True)
+            assert failed.headers.get("Retry-After")
+        # The claim was rolled back with the rest: the row is unclaimed.
+        assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [(None, 0)]
+    finally:
+        engine.dispose()
+
+    # The store is fine again: the very next publish claims the topic and is stored.
+    again = client.post("/v1/topics/orders/messages", json={"id": "m0", "key": "k", "body": 0})
+    assert again.status_code == 201, again.get_data(as_text=True)
+    assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 1)]
+    assert client.post("/v1/topics/orders/messages", json={"id": "m1", "key": "k", "body": 1}).status_code == 201
+    assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 1)]
