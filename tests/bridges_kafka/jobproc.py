@@ -50,5 +50,9 @@ class JournalProcess:
                                  f"{self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
+        """The log's first error lines (where a Java trace names its cause), then its last lines."""
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        all_lines = text.splitlines()
+        errors = [line for line in all_lines
+                  if ("Error" in line or "Exception" in line) and not line.lstrip().startswith("at ")][:15]
+        return "\n".join(["--- first error lines ---", *errors, "--- last lines ---", *all_lines[-lines:]])
