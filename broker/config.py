@@ -113,6 +113,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("push_max_bytes", _pos, 4 << 20, (), "largest push request body in bytes (at least one message)"),
     Setting("subscriber_lease_ms", _pos, 15000, (), "a subscriber without heartbeat for this long is dropped"),
     Setting("redelivery_ms", _pos, 30000, (), "fetched but uncommitted messages come back after this"),
+    Setting("pull_max_deliveries", _pos, 5, (), "fetches of a message without a commit before it is dead-lettered"),
     Setting("max_wait_ms", _non_negative, 30000, (), "longest long-poll wait"),
     Setting("max_fetch", _pos, 1000, (), "most messages in one fetch"),
     Setting("fetch_max_bytes", _pos, 4 << 20, (), "most message bytes in one fetch (at least one message)"),

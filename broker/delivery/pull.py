@@ -11,16 +11,20 @@ It is only a cache: losing it (a restart, a new owner) just redelivers from the 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, BrokerError, Conflict
+from .deadletter import dead_letter
 from .groups import GroupStore
 
 if TYPE_CHECKING:
     from ..node import Node
+
+log = logging.getLogger(__name__)
 
 # A waiting fetch looks again at least this often: its assignment may have changed meanwhile.
 _RECHECK_S = 1.0
@@ -42,6 +46,8 @@ class Fetcher:
         self.settings = node.settings
         self._lock = threading.Lock()
         self._inflight: dict[tuple[str, str, int], InFlight] = {}
+        # (topic, group, partition) -> (its committed head offset, how often that was fetched)
+        self._head_fetches: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
         self._long_polls = node.long_polls  # shared with the fetches this node forwards
@@ -92,12 +98,26 @@ class Fetcher:
                 else:
                     self._inflight.pop((topic, group, p), None)
                     starts[p] = base
+            heads = {p: base for p, base in starts.items() if base == committed.get(p, 0)}
+            worn = []
+            for p, base in heads.items():
+                seen = self._head_fetches.get((topic, group, p))
+                if seen is not None and seen[0] == base and seen[1] >= self.settings.pull_max_deliveries:
+                    worn.append(p)
+        for p in worn:
+            if self._dead_letter_head(topic, group, sid, p, heads[p]):
+                starts[p] = heads[p] + 1
         rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic),
                                 max_bytes=self.settings.fetch_max_bytes)
         last: dict[int, int] = {}
         for row in rows:
             last[row.partition] = max(last.get(row.partition, -1), row.offset)
         with self._lock:
+            for row in rows:
+                if heads.get(row.partition) == row.offset:  # the head goes out (again): count it
+                    key = (topic, group, row.partition)
+                    seen_offset, count = self._head_fetches.get(key, (row.offset, 0))
+                    self._head_fetches[key] = (row.offset, count + 1 if seen_offset == row.offset else 1)
             for p, offset in last.items():
                 key = (topic, group, p)
                 flight = self._inflight.get(key)
@@ -107,6 +127,26 @@ class Fetcher:
                     deadline = now + self.settings.redelivery_ms / 1000.0
                     self._inflight[key] = InFlight(sid, offset + 1, deadline)
         return rows
+
+    def _dead_letter_head(self, topic: str, group: str, sid: str, partition: int, offset: int) -> bool:
+        """Dead-letter the head message fetched too often and commit past it; False if that failed."""
+        attempts = self._head_fetches[(topic, group, partition)][1]
+        found = self.groups.read(topic, {partition: offset}, 1)
+        if not found or found[0].offset != offset:
+            return False  # gone (retention): the read starts at the next existing row anyway
+        try:
+            dead_letter(self.node, topic, group, sid, found[0],
+                        f"fetched {attempts} times without a commit (pull_max_deliveries)", attempts)
+        except (BrokerError, OSError) as exc:
+            log.warning("dead-lettering %s/%d offset %d failed: %s", topic, partition, offset, exc)
+            return False  # deliver it again rather than skip it
+        self.groups.commit(topic, group, {partition: offset + 1})
+        self.node.metrics.dead_letters.labels(topic, group).inc()
+        log.warning("dead-lettered %s partition %d offset %d for group %s after %d fetches without a commit",
+                    topic, partition, offset, group, attempts)
+        with self._lock:
+            self._head_fetches.pop((topic, group, partition), None)
+        return True
 
     def commit(self, topic: str, group: str, sid: str, offsets: dict[int, int]) -> int:
         """Acknowledge up to and including ``offsets`` (partition -> offset); returns messages acknowledged.
@@ -132,6 +172,7 @@ class Fetcher:
         with self._lock:
             for p, o in offsets.items():
                 key = (topic, group, p)
+                self._head_fetches.pop(key, None)  # its head moved on
                 flight = self._inflight.get(key)
                 if flight is None:
                     continue

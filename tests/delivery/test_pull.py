@@ -122,3 +122,36 @@ def test_group_state_and_offsets_survive_a_restart(tmp_path: Path, database_url:
         assert {e["id"] for e in rest} == {s["id"] for s in sent} - {e["id"] for e in got}
     finally:
         revived.close()
+
+
+def test_a_message_fetched_too_often_without_a_commit_is_dead_lettered_and_the_partition_moves_on(
+        tmp_path: Path) -> None:
+    live = LiveNode(tmp_path, pull_max_deliveries=3)
+    try:
+        sid = live.subscribe("crashy", "w", mode="pull", start="earliest")["subscriber_id"]
+        live.publish("crashy", [{"id": "poison", "key": "k", "body": {"n": 0}},
+                                {"id": "fine-1", "key": "k", "body": {"n": 1}},
+                                {"id": "other", "key": "elsewhere", "body": {"n": 2}}])
+        # A consumer that crashes on "poison" every time: it never commits, so the partition comes back.
+        for delivery in range(3):
+            got = wait_until(lambda: fetch(live, "crashy", "w", sid, max=10), timeout=20,
+                             what=f"delivery {delivery + 1}")
+            assert "poison" in [e["id"] for e in got]
+            if delivery == 0:  # the healthy partition is handled at once and stays handled
+                assert commit(live, "crashy", "w", sid, [e for e in got if e["id"] == "other"]).status_code == 200
+        after = wait_until(lambda: fetch(live, "crashy", "w", sid, max=10), timeout=20, what="the next delivery")
+        assert [e["id"] for e in after] == ["fine-1"], "the poison is not delivered a fourth time"
+        assert commit(live, "crashy", "w", sid, after).status_code == 200
+        assert live.group("crashy", "w")["total_lag"] == 0
+        dead = fetch_all(live, "crashy.dlq")
+        assert [e["id"] for e in dead] == ["w:poison"]
+        headers = dead[0]["headers"]
+        assert headers["toymb.dlq.attempts"] == "3" and "without a commit" in headers["toymb.dlq.reason"]
+        assert headers["toymb.dlq.source.offset"] == "0"
+    finally:
+        live.close()
+
+
+def fetch_all(live: LiveNode, topic: str) -> list[dict[str, Any]]:
+    sid = live.subscribe(topic, "inspect", mode="pull", start="earliest")["subscriber_id"]
+    return fetch(live, topic, "inspect", sid, max=100)
