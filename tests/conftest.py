@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 
 from broker.app import create_app
 from broker.store.sql import normalize_url
+from tests.delivery.support import Receiver
 from tests.support import NodeProcess, need_service, own_database, worker_name
 
 # The JVMs the tests start (Spark's above all) live for seconds, not hours: C1 alone and the serial
@@ -100,3 +101,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def receivers() -> Iterator[list[Receiver]]:
+    """Push receivers made by a test (``tests.delivery.support.Receiver``); all closed after it."""
+    made: list[Receiver] = []
+    yield made
+    for receiver in made:
+        try:
+            receiver.stop()
+        except OSError:
+            pass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.delivery.support import LiveNode, Receiver
+from tests.delivery.support import LiveNode
 
 
 @pytest.fixture
@@ -16,15 +16,3 @@ def live(tmp_path: Path) -> Iterator[LiveNode]:
     node = LiveNode(tmp_path)
     yield node
     node.close()
-
-
-@pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    """Receivers made by a test; all closed after it."""
-    made: list[Receiver] = []
-    yield made
-    for receiver in made:
-        try:
-            receiver.stop()
-        except OSError:
-            pass

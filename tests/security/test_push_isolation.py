@@ -86,14 +86,6 @@ class Dripper:
 
 
 @pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    made: list[Receiver] = []
-    yield made
-    for receiver in made:
-        receiver.stop()
-
-
-@pytest.fixture
 def drippers() -> Iterator[list[Dripper]]:
     made: list[Dripper] = []
     yield made
