@@ -47,6 +47,9 @@ FD_RESERVE = 256
 _CODES = {400: "bad_request", 413: "payload_too_large", 431: "request_header_fields_too_large",
           500: "internal_error", 501: "not_implemented"}
 
+# A Content-Length longer than this is refused before waitress converts it to an int.
+MAX_LENGTH_DIGITS = 18
+
 
 def error_body(code: str, message: str, **extra: Any) -> bytes:
     """The JSON body of an error, the same shape as the app's (``broker.errors.BrokerError.to_json``)."""
@@ -77,6 +80,10 @@ def framing_error(header_plus: bytes) -> str | None:
         return "a request may not have both Transfer-Encoding and Content-Length"
     if len(lengths) > 1:
         return "a request may have only one Content-Length"
+    if lengths and len(lengths[0]) > MAX_LENGTH_DIGITS:
+        # waitress's int() raises ValueError past 4,300 digits, which it does not catch: the
+        # connection closed with no answer. No body this node accepts needs more digits than this.
+        return f"Content-Length has more than {MAX_LENGTH_DIGITS} digits"
     if encodings:
         if len(encodings) > 1 or encodings[0].lower() != b"chunked":
             return "Transfer-Encoding must be exactly chunked"
