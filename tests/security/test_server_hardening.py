@@ -123,16 +123,20 @@ def test_1500_idle_connections_do_not_freeze_the_node(node: NodeProcess) -> None
 
 
 def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_a_json_503(tmp_path: Path) -> None:
-    env = {"TOYMB_MAX_CONNECTIONS": "4"}
+    # 16 threads: up to 8 long polls may wait (half the threads), so the four below all hold on.
+    env = {"TOYMB_MAX_CONNECTIONS": "4", "TOYMB_THREADS": "16"}
     with NodeProcess(tmp_path, env=env) as proc:
         _publish(proc, "busy")
         sid = requests.post(f"{proc.url}/v1/topics/busy/groups/g/subscribers", json={"mode": "pull"},
                             timeout=TIMEOUT).json()["subscriber_id"]
         polls = [_connect(proc) for _ in range(4)]
         for sock in polls:  # four long polls hold every connection the node allows
-            sock.sendall(f"GET /v1/topics/busy/groups/g/messages?subscriber={sid}&wait_ms=4000 HTTP/1.1\r\n"
+            sock.sendall(f"GET /v1/topics/busy/groups/g/messages?subscriber={sid}&wait_ms=10000 HTTP/1.1\r\n"
                          "Host: x\r\nConnection: close\r\n\r\n".encode())
-        time.sleep(1.0)  # let the node read the four requests
+        # Let the node read the four requests: until then they are connections still sending headers,
+        # which the cap may close. Nothing outside shows the read (the cap leaves no room to ask), so
+        # this waits a generous 3 s of the polls' 10 s.
+        time.sleep(3.0)
         with _connect(proc) as newcomer:
             body = _json_error(_read_until_closed(newcomer), 503)
         assert body["error"] == "unavailable"
