@@ -243,12 +243,9 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
 
 
 # Spark-internal failures that say nothing about the data or the sinks: a Python worker that a
-# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait; and a task
-# binary that its executor could not deserialize (java.io.OptionalDataException), seen on a
-# loaded machine when two queries of a fresh job plan their first batches at the same moment.
+# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait.
 TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
-                          "Timed out while waiting for the Python worker to connect back",
-                          "java.io.OptionalDataException")
+                          "Timed out while waiting for the Python worker to connect back")
 MAX_TRANSIENT_RESTARTS = 8
 
 
