@@ -64,6 +64,13 @@ def strict_json(raw: bytes | str) -> Any:
     Refused: invalid UTF-8, NaN, Infinity and numbers that overflow a double, lone surrogate
     escapes, and nesting deeper than MAX_JSON_DEPTH.
     """
+    if isinstance(raw, bytes):
+        # json.loads would guess UTF-16 or UTF-32 and decode with "surrogatepass", so a lone
+        # surrogate encoded as bytes (\xed\xa0\x80) would get through: JSON is UTF-8, strictly.
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"it is not UTF-8 (byte {exc.start})") from None
     try:
         value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:

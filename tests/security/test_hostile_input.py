@@ -24,7 +24,7 @@ from broker.appender import Appender
 from broker.envelope import MAX_JSON_DEPTH, NewMessage
 from broker.errors import BadRequest
 from broker.store.sql import Store, normalize_url
-from tests.support import own_database, worker_name
+from tests.support import own_database, wait_until, worker_name
 
 from .conftest import CON, PUB, bearer
 
@@ -32,6 +32,8 @@ POISON_JSON_BODIES = {
     "brackets": b"[" * 50_000 + b"]" * 50_000,
     "deep": b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1),
     "lone_surrogate": b'"\\ud800"',
+    "lone_surrogate_bytes": b'["\xed\xa0\x80"]',  # json.loads(bytes) would let it through
+    "utf16": '"x"'.encode("utf-16"),
     "nan": b"[NaN, Infinity, 1e999]",
     "not_json": b"{oops",
 }
@@ -212,3 +214,23 @@ def test_a_store_outage_is_a_503_with_retry_after(pg_url: str, tmp_path: Path) -
             conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
         app.extensions["toymb"].stop()
         admin.dispose()
+
+
+def test_a_lone_surrogate_stored_as_bytes_is_pushed_as_base64_and_the_partition_moves(tmp_path: Path) -> None:
+    """The push body is UTF-8: a stored row that would render a lone surrogate must not block it."""
+    from tests.delivery.support import LiveNode, Receiver
+
+    live, receiver = LiveNode(tmp_path), Receiver()
+    try:
+        node = live.node
+        topic = node.topic("cesu", create=True, partitions=1)
+        live.subscribe("cesu", "g", mode="push", url=receiver.url, start="earliest")
+        node.appender.append(topic, [NewMessage("bad", "k", {}, "application/json", b'["\xed\xa0\x80"]'),
+                                     NewMessage("ok", "k", {}, "application/json", b'{"n": 1}')])
+        wait_until(lambda: len(receiver.messages()) >= 2, timeout=30, what="both messages pushed")
+        got = {m["id"]: m for m in receiver.messages()}
+        assert base64.b64decode(got["bad"]["body_base64"]) == b'["\xed\xa0\x80"]'
+        assert got["ok"]["body"] == {"n": 1}
+    finally:
+        receiver.stop()
+        live.close()
