@@ -47,3 +47,18 @@ def secure_app(tmp_path: Path) -> Iterator[Flask]:
 @pytest.fixture
 def secure(secure_app: Flask) -> FlaskClient:
     return secure_app.test_client()
+
+
+def fuzz_node_env(admin_token: str, **extra: str) -> dict[str, str]:
+    """Settings of a node that fuzzers attack: one admin token, small limits, quick pushes."""
+    return {
+        "TOYMB_TOKENS": f"{admin_token}=admin",
+        "TOYMB_MAX_WAIT_MS": "50",
+        "TOYMB_PUSH_ALLOW": "127.0.0.1/32",
+        "TOYMB_DEFAULT_PARTITIONS": "4",
+        "TOYMB_MAX_PARTITIONS": "16",
+        "TOYMB_PUSH_MAX_ATTEMPTS": "1",
+        "TOYMB_PUSH_TIMEOUT_MS": "200",
+        "TOYMB_LOG_LEVEL": "WARNING",
+        **extra,
+    }

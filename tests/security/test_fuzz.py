@@ -21,6 +21,8 @@ import pytest
 
 from tests.support import NodeProcess
 
+from .conftest import fuzz_node_env
+
 schemathesis = pytest.importorskip("schemathesis")
 
 from schemathesis import DataGenerationMethod  # noqa: E402
@@ -37,16 +39,7 @@ MIN_REQUESTS = 2000
 
 @pytest.fixture(scope="module")
 def fuzzed_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    env = {
-        "TOYMB_TOKENS": f"{ADMIN}=admin",
-        "TOYMB_MAX_WAIT_MS": "50",
-        "TOYMB_PUSH_ALLOW": "127.0.0.1/32",
-        "TOYMB_DEFAULT_PARTITIONS": "4",
-        "TOYMB_MAX_PARTITIONS": "16",
-        "TOYMB_PUSH_MAX_ATTEMPTS": "1",
-        "TOYMB_PUSH_TIMEOUT_MS": "200",
-        "TOYMB_LOG_LEVEL": "WARNING",
-    }
+    env = fuzz_node_env(ADMIN)
     node = NodeProcess(tmp_path_factory.mktemp("fuzz"), env=env).start()
     yield node
     node.stop()

@@ -38,6 +38,8 @@ import pytest
 from broker.envelope import MAX_JSON_DEPTH
 from tests.support import NodeProcess
 
+from .conftest import fuzz_node_env
+
 ADMIN = "hostile-admin-5b7e2a"
 SEED = int(os.environ.get("TOYMB_TEST_HOSTILE_SEED", "20261123"))
 MIN_REQUESTS = int(os.environ.get("TOYMB_TEST_HOSTILE_REQUESTS", "5000"))
@@ -533,17 +535,7 @@ def problems_of(request: Request, answer: Answer) -> list[str]:
 
 @pytest.fixture(scope="module")
 def hostile_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    env = {
-        "TOYMB_TOKENS": f"{ADMIN}=admin",
-        "TOYMB_MAX_WAIT_MS": "50",
-        "TOYMB_PUSH_ALLOW": "127.0.0.1/32",
-        "TOYMB_DEFAULT_PARTITIONS": "4",
-        "TOYMB_MAX_PARTITIONS": "16",
-        "TOYMB_PUSH_MAX_ATTEMPTS": "1",
-        "TOYMB_PUSH_TIMEOUT_MS": "200",
-        "TOYMB_SUBSCRIBER_LEASE_MS": "600000",
-        "TOYMB_LOG_LEVEL": "WARNING",
-    }
+    env = fuzz_node_env(ADMIN, TOYMB_SUBSCRIBER_LEASE_MS="600000")
     node = NodeProcess(tmp_path_factory.mktemp("hostile"), env=env).start()
     yield node
     node.stop()
