@@ -126,9 +126,15 @@ def test_at_the_cap_with_every_connection_busy_a_newcomer_gets_a_json_503(tmp_pa
     # 16 threads: up to 8 long polls may wait (half the threads), so the four below all hold on.
     env = {"TOYMB_MAX_CONNECTIONS": "4", "TOYMB_THREADS": "16"}
     with NodeProcess(tmp_path, env=env) as proc:
-        _publish(proc, "busy")
-        sid = requests.post(f"{proc.url}/v1/topics/busy/groups/g/subscribers", json={"mode": "pull"},
-                            timeout=TIMEOUT).json()["subscriber_id"]
+        # Set up over connections the node has closed (read until EOF): a connection whose answer
+        # was sent may still count as busy for a moment, and would take one of the four places.
+        _exchange(proc, b'POST /v1/topics/busy/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n'
+                        b'Content-Type: application/json\r\nContent-Length: 11\r\n\r\n{"body": 1}')
+        registered = _exchange(proc, b'POST /v1/topics/busy/groups/g/subscribers HTTP/1.1\r\nHost: x\r\n'
+                                     b'Connection: close\r\nContent-Type: application/json\r\n'
+                                     b'Content-Length: 16\r\n\r\n{"mode": "pull"}')
+        assert registered.startswith(b"HTTP/1.1 201"), registered[:300]
+        sid = json.loads(registered.partition(b"\r\n\r\n")[2])["subscriber_id"]
         polls = [_connect(proc) for _ in range(4)]
         for sock in polls:  # four long polls hold every connection the node allows
             sock.sendall(f"GET /v1/topics/busy/groups/g/messages?subscriber={sid}&wait_ms=10000 HTTP/1.1\r\n"
