@@ -155,8 +155,8 @@ class Dispatcher:
                     self._loaded_at.pop(pair, None)
             self._stale -= wanted
             fresh = [pair for pair in wanted if pair not in self._state]
-            oldest = sorted((pair for pair in self._state), key=lambda pair: self._loaded_at.get(pair, 0.0))
-        for topic, group in sorted(fresh) + oldest[:ROLLING_RELOADS]:
+            oldest = heapq.nsmallest(ROLLING_RELOADS, self._state, key=lambda pair: self._loaded_at.get(pair, 0.0))
+        for topic, group in sorted(fresh) + oldest:
             self._reload(topic, group)
 
     def _reload(self, topic: str, group: str) -> None:

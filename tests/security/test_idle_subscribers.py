@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from bench.common import peak_rss_mb
 from tests.delivery.support import Receiver
-from tests.support import NodeProcess, wait_until
+from tests.support import NodeProcess, free_port, wait_until
 
 GHOSTS = 1000
 
@@ -23,24 +23,12 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rss_mib(pid: int, key: str = "VmHWM") -> float:
-    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(key))
-    return int(line.split()[1]) / 1024
-
-
-def _closed_port() -> int:
-    """A loopback port nobody listens on (connections to it are refused at once)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_idle_toymb_push_subscribers_cost_nothing_and_expire_when_pushes_find_nobody(tmp_path: Path) -> None:
     env = {"TOYMB_PUSH_ALLOW": "127.0.0.0/8", "TOYMB_SUBSCRIBER_LEASE_MS": "3000",
            "TOYMB_PUSH_BACKOFF_MS": "50", "TOYMB_PUSH_BACKOFF_MAX_MS": "500"}
     healthy = Receiver()
-    gone = _closed_port()
+    gone = free_port()  # nobody listens there: pushes are refused at once
     with NodeProcess(tmp_path, env=env) as node, requests.Session() as http:
         pid = node.proc.pid  # type: ignore[union-attr]
 
@@ -70,7 +58,7 @@ def test_idle_toymb_push_subscribers_cost_nothing_and_expire_when_pushes_find_no
             latency.append(time.monotonic() - started)
         print(f"\n{GHOSTS} idle subscribers: node CPU {idle_cpu / 5 * 100:.1f}% while idle; healthy push "
               f"p50 {statistics.median(latency) * 1000:.1f} ms, max {max(latency) * 1000:.1f} ms; "
-              f"peak RSS {_rss_mib(pid):.0f} MiB")
+              f"peak RSS {peak_rss_mb(pid):.0f} MiB")
         # The old dispatcher re-read every group every 2 s: 0.6 to 1.2 cores for these 1,000.
         assert idle_cpu < 1.5, f"{idle_cpu:.2f} CPU-seconds in 5 idle seconds"
         assert [p["entity"] for p in healthy.acked] == [f"m{n}" for n in range(20)]
@@ -87,5 +75,5 @@ def test_idle_toymb_push_subscribers_cost_nothing_and_expire_when_pushes_find_no
                    what="the ghost subscribers expiring")
         wait_until(lambda: all(revoked(i) for i in range(GHOSTS)), timeout=60, what="every ghost expiring")
         assert len(ghosts) == len(set(ghosts)) == GHOSTS
-        assert _rss_mib(pid) < 300
+        assert peak_rss_mb(pid) < 300
     healthy.stop()
