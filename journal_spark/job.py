@@ -61,9 +61,8 @@ def check_java() -> str:
 def _with_task_retries(master: str) -> str:
     """``local[N]`` as ``local[N,4]``: local mode otherwise fails a batch on the first task failure.
 
-    The sinks run their queries concurrently, and Spark's local executor now and then fails a task
-    while deserialising it (``java.io.OptionalDataException``). Every sink is idempotent per batch,
-    so retrying the task is safe; failing the query is not needed.
+    Every sink is idempotent per batch, so retrying a task is safe, and one failed attempt (a
+    Python worker that died with its machine overloaded, say) need not fail the whole query.
     """
     match = re.fullmatch(r"local(?:\[([^,\]]+)\])?", master)
     if match is None:
@@ -150,7 +149,9 @@ def _measured(sink: Sink, metrics: JournalMetrics) -> Callable[[Any, int], None]
 
 def start_query(spark: Any, settings: Settings, sink: Sink, metrics: JournalMetrics, *, once: bool) -> Any:
     """Start the streaming query feeding ``sink``; its checkpoint is ``<checkpoint_dir>/<sink.name>``."""
-    stream = (spark.readStream.format("toymb")
+    from .source import register_private_format
+
+    stream = (spark.readStream.format(register_private_format(spark, sink.name))
               .option("url", settings.effective_database_url)
               .option("max_rows", str(settings.journal_max_rows))
               .option("start", getattr(sink, "start", "journaled"))

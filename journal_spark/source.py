@@ -20,6 +20,7 @@ Options (all strings, as Spark passes them):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -261,3 +262,23 @@ class StoreDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - the name Spark calls
         return StoreStreamReader(dict(self.options))
+
+
+def register_private_format(spark: Any, owner: str) -> str:
+    """Register this source again under a format name of ``owner``'s own, and return that name.
+
+    Spark's streaming source runner adds its settings to the environment map of the registered
+    Python function, and every query reading a format shares that one map. When two queries start
+    together, one adds keys while the scheduler serialises the other's task, which then cannot be
+    read back (``java.io.OptionalDataException`` in every attempt of that task). A registration per
+    query gives each query a map of its own.
+    """
+    private_name = f"{FORMAT}_{re.sub(r'[^0-9A-Za-z]', '_', owner)}"
+
+    class PrivateStoreDataSource(StoreDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return private_name
+
+    spark.dataSource.register(PrivateStoreDataSource)
+    return private_name
