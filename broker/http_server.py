@@ -15,6 +15,11 @@ Stock waitress, as a node used it, had four weaknesses an outside attack found (
   request with both ``Transfer-Encoding: chunked`` and ``Content-Length`` was accepted (the
   length ignored), a request-smuggling vector behind a proxy that reads the length. Here those
   are JSON like the app's errors, and ambiguous framing is a 400 that closes the connection.
+* ``close()`` stopped accepting but left open connections in the loop, and nothing swept them any
+  more: a client (a peer node's forwarder) holding a keep-alive connection kept a node that was
+  told to stop running until it hung up. :meth:`HardenedServer.drain` stops accepting, closes
+  idle connections at once and each busy one when its answer is sent, and cuts what is still
+  open after ``drain_timeout``.
 
 The overrides are small and lean on waitress 3.0 internals (``server.py``, ``channel.py``,
 ``parser.py``, ``task.py``); each says why it exists.
@@ -150,6 +155,7 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
 
     channel_class = HardenedChannel
     next_channel_cleanup: float = 0.0
+    drain_deadline: float | None = None   # set by drain(): the loop then ends when every connection is closed
 
     def __init__(self, application: Any, *, max_connections: int, idle_timeout: float, header_timeout: float,
                  max_request: int, **adjustments: Any) -> None:
@@ -168,6 +174,31 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
             connection_limit=max_connections,  # not enforced by waitress any more (see readable), kept for clarity
         )
         super().__init__(application, map={}, adj=Adjustments(**adjustments))
+
+    def drain(self, drain_timeout: float) -> None:
+        """Stop accepting and let :meth:`run` return once in-flight answers are sent (at most ``drain_timeout`` s).
+
+        Call it from the loop's thread (a signal handler of the main thread is).
+        """
+        if self.drain_deadline is None:
+            self.drain_deadline = time.monotonic() + drain_timeout
+            self.close()   # the listening socket and the trigger leave the loop
+
+    def run(self) -> None:
+        # waitress's loop runs while its map has entries, and after close() nothing sweeps them:
+        # step it here, closing connections as they fall idle once draining.
+        timeout = self.adj.asyncore_loop_timeout
+        try:
+            while self._map:
+                if self.drain_deadline is not None:
+                    timeout = 0.05
+                    cut = time.monotonic() >= self.drain_deadline
+                    for channel in list(self.active_channels.values()):
+                        if cut or not channel.busy():
+                            channel.handle_close()
+                self.asyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
+        except (SystemExit, KeyboardInterrupt):
+            self.task_dispatcher.shutdown()
 
     def readable(self) -> bool:
         # waitress stops accepting at its connection limit, which is what froze the node; here

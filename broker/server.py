@@ -18,6 +18,9 @@ from .http_server import HardenedServer, ensure_fd_limit
 
 log = logging.getLogger(__name__)
 
+# On SIGTERM, answers in progress get this long to be sent before their connections are cut.
+DRAIN_TIMEOUT_S = 5.0
+
 
 def serve(settings: Settings) -> None:
     """Start the node and serve until SIGTERM or SIGINT, then stop cleanly."""
@@ -43,7 +46,7 @@ def serve(settings: Settings) -> None:
         if not stopping.is_set():
             stopping.set()
             log.info("signal %d: stopping", signum)
-            server.close()
+            server.drain(DRAIN_TIMEOUT_S)
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -323,3 +324,37 @@ def test_a_low_soft_open_files_limit_is_raised_for_the_cap() -> None:
               "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 1000 + FD_RESERVE)\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stderr
+
+
+def test_sigterm_stops_the_node_though_clients_hold_keep_alive_connections(tmp_path: Path) -> None:
+    """Peers' forwarders keep connections open; a node told to stop must not wait for them to hang up.
+
+    An answer in progress (a long poll) is still sent whole before its connection is closed.
+    """
+    proc = NodeProcess(tmp_path / "node").start()
+    try:
+        _publish(proc, "draining")
+        sid = requests.post(f"{proc.url}/v1/topics/draining/groups/g/subscribers", json={"mode": "pull"},
+                            timeout=TIMEOUT).json()["subscriber_id"]
+        idle = []
+        for _ in range(3):
+            sock = _connect(proc)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"}\n"):   # the whole JSON answer, so nothing is left unread
+                answer += sock.recv(65536)
+            assert STATUS_LINE.match(answer)
+            idle.append(sock)   # kept open, as a keep-alive client does
+        polling = _connect(proc)
+        polling.sendall(f"GET /v1/topics/draining/groups/g/messages?subscriber={sid}&wait_ms=2000 HTTP/1.1\r\n"
+                        "Host: x\r\n\r\n".encode())
+        time.sleep(0.5)   # the poll is being served
+        proc.signal(signal.SIGTERM)
+        assert proc.proc is not None
+        assert proc.proc.wait(timeout=TIMEOUT) == 0
+        answer = _read_until_closed(polling)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"messages":[]}\n'), answer
+        for sock in idle:
+            assert _read_until_closed(sock) == b""
+    finally:
+        proc.stop()
