@@ -16,6 +16,7 @@ opened. Answers are read only as far as the status (and a small body, to reuse t
 
 from __future__ import annotations
 
+import functools
 import select
 import socket
 import ssl
@@ -67,13 +68,18 @@ def _remaining(deadline: float) -> float:
     return left
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The one client TLS context, made at the first https push: loading the CA store costs 50 ms."""
+    return ssl.create_default_context()
+
+
 class Pusher:
     """POSTs push bodies to receivers; never follows redirects, never uses a proxy."""
 
     def __init__(self, timeout_ms: int, vet: Vetter) -> None:
         self.timeout = timeout_ms / 1000.0
         self.vet = vet
-        self._tls = ssl.create_default_context()
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
         self._lock = threading.Lock()
 
@@ -133,7 +139,7 @@ class Pusher:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if scheme == "https":
                     sock.settimeout(_remaining(deadline))
-                    sock = self._tls.wrap_socket(sock, server_hostname=host)
+                    sock = _tls_context().wrap_socket(sock, server_hostname=host)
                 return _Conn(sock, key)
             except TimeoutError:
                 sock.close()
