@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 PORT ?= 8080
 # Twice the 2 cores: many tests wait on sockets, brokers and JVM starts, and a fourth worker fills
-# those waits (measured 11 min 40 s with 4 against about 13 with 3; the CPU was busy throughout with 4).
+# those waits. With 4 the CPU was busy throughout the run (pytest 11 min 35 s on a warm machine).
 PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?= -q -rs -p no:cacheprovider --dist loadgroup
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
