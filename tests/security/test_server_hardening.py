@@ -329,13 +329,18 @@ def test_a_low_soft_open_files_limit_is_raised_for_the_cap() -> None:
 def test_sigterm_stops_the_node_though_clients_hold_keep_alive_connections(tmp_path: Path) -> None:
     """Peers' forwarders keep connections open; a node told to stop must not wait for them to hang up.
 
-    An answer in progress (a long poll) is still sent whole before its connection is closed.
+    An answer still being sent (8 MiB to a client that reads slowly) is sent whole before its
+    connection is closed.
     """
-    proc = NodeProcess(tmp_path / "node").start()
+    proc = NodeProcess(tmp_path / "node", env={"TOYMB_FETCH_MAX_BYTES": str(16 << 20)}).start()
     try:
-        _publish(proc, "draining")
+        assert requests.put(f"{proc.url}/v1/topics/draining", json={"partitions": 1}, timeout=TIMEOUT).ok
         sid = requests.post(f"{proc.url}/v1/topics/draining/groups/g/subscribers", json={"mode": "pull"},
                             timeout=TIMEOUT).json()["subscriber_id"]
+        for n in range(8):   # 1 MiB each, the largest body a message may have
+            r = requests.post(f"{proc.url}/v1/topics/draining/messages",
+                              json={"id": f"big-{n}", "body": "x" * ((1 << 20) - 2)}, timeout=TIMEOUT)
+            assert r.status_code == 201, r.text
         idle = []
         for _ in range(3):
             sock = _connect(proc)
@@ -345,15 +350,21 @@ def test_sigterm_stops_the_node_though_clients_hold_keep_alive_connections(tmp_p
                 answer += sock.recv(65536)
             assert STATUS_LINE.match(answer)
             idle.append(sock)   # kept open, as a keep-alive client does
-        polling = _connect(proc)
-        polling.sendall(f"GET /v1/topics/draining/groups/g/messages?subscriber={sid}&wait_ms=2000 HTTP/1.1\r\n"
-                        "Host: x\r\n\r\n".encode())
-        time.sleep(0.5)   # the poll is being served
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the answer cannot all be in flight
+        slow.settimeout(TIMEOUT)
+        slow.connect(("127.0.0.1", proc.port))
+        slow.sendall(f"GET /v1/topics/draining/groups/g/messages?subscriber={sid}&max=8 HTTP/1.1\r\n"
+                     "Host: x\r\n\r\n".encode())
+        received = slow.recv(4096)   # the answer has begun: the node is sending it
+        assert STATUS_LINE.match(received)
         proc.signal(signal.SIGTERM)
+        received += _read_until_closed(slow)
+        head, _, body = received.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        assert len(body) == length > 8_000_000 and len(json.loads(body)["messages"]) == 8
         assert proc.proc is not None
         assert proc.proc.wait(timeout=TIMEOUT) == 0
-        answer = _read_until_closed(polling)
-        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"messages":[]}\n'), answer
         for sock in idle:
             assert _read_until_closed(sock) == b""
     finally:
