@@ -31,7 +31,7 @@ from broker.node import node_id
 from broker.store.schema import metadata
 from broker.store.sql import normalize_url
 
-PG_URL = os.environ.get("TOYMB_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:55432/toymb")
+PG_URL = os.environ.get("TOYMB_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:15432/toymb")
 BENCH_DB = "toymb_cluster_bench"
 NAMES = ("toymb-1", "toymb-2", "toymb-3")
 LEASE_MS = 2000

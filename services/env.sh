@@ -6,7 +6,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-pg_port="${TOYMB_PG_PORT:-55432}"
+pg_port="${TOYMB_PG_PORT:-15432}"
 kafka_port="${TOYMB_KAFKA_PORT:-9092}"
 stomp_port="${TOYMB_AMQ_STOMP_PORT:-61613}"
 openwire_port="${TOYMB_AMQ_OPENWIRE_PORT:-61616}"

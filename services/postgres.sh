@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Private PostgreSQL 15 cluster for toymb tests.
 #   services/postgres.sh start|stop|stop --kill|kill|restart|status|logs|url|psql [ARGS...]
-# Port: 127.0.0.1:55432 (TOYMB_PG_PORT), trust auth, superuser "postgres",
+# Port: 127.0.0.1:15432 (TOYMB_PG_PORT), trust auth, superuser "postgres",
 # databases "toymb" and "toymb_test". Socket dir = data dir's parent (state dir).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init postgres
 
-PG_PORT="${TOYMB_PG_PORT:-55432}"
+# Below Linux's ephemeral range (32768-60999): a port inside it can be taken, between our check and
+# the postmaster's bind, by any loopback client connection made meanwhile (CI saw 55432 lost so,
+# while Kafka and ActiveMQ were starting beside it).
+PG_PORT="${TOYMB_PG_PORT:-15432}"
 PG_HOST=127.0.0.1
 PG_BIN="${TOYMB_PG_BIN:-/usr/lib/postgresql/15/bin}"
 PGDATA="$STATE_DIR/data"
@@ -59,7 +62,6 @@ init_cluster() {
 
 # ---- toymb private cluster (services/postgres.sh) ----
 listen_addresses = '127.0.0.1'
-port = $PG_PORT
 unix_socket_directories = '$STATE_DIR'
 max_connections = 200
 logging_collector = off
@@ -109,7 +111,7 @@ do_start() {
         touch "$LOGFILE"
         [[ $(id -u) -eq 0 ]] && chown postgres:postgres "$LOGFILE"
         # pg_ctl forks the postmaster into its own session; -l keeps its output.
-        if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$LOGFILE" -s -w -t 60 start \
+        if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$LOGFILE" -o "-p $PG_PORT" -s -w -t 60 start \
                 >"$STATE_DIR/pg_ctl.out" 2>&1 9>&-; then
             cat "$STATE_DIR/pg_ctl.out" >&2
             tail_log "$LOGFILE"

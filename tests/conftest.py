@@ -23,7 +23,7 @@ from tests.support import NodeProcess, need_service, own_database, worker_name
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 # The server's database (created by services/postgres.sh); each xdist worker works in its own copy.
-SERVER_PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:55432/toymb_test")
+SERVER_PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:15432/toymb_test")
 PG_URL = SERVER_PG_URL
 
 
