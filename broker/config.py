@@ -76,96 +76,91 @@ class Setting:
 
 _pos = _positive(int)
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("node_name", str, "toymb-1", ("node.name",), "stable node name; its id is derived from it"),
-    Setting("host", str, "127.0.0.1", ("server.address",), "address to bind"),
-    Setting("port", _port, 8080, ("server.port",), "port to serve HTTP on"),
-    Setting("node_url", str, "", ("node.url",), "URL other nodes reach this one at (default http://host:port)"),
-    Setting("data_dir", str, "./data", ("data.dir",), "folder for SQLite and local state"),
-    Setting("database_url", str, "", ("datasource.url",), "SQLAlchemy URL; default SQLite under data_dir"),
-    Setting("topics", _list, (), ("topics",), "topics created at startup"),
-    Setting("enriching_topics", _list, (), ("enrichingtopics",), "topic=package.module:Class, comma-separated"),
-    Setting("peers", _list, (), ("peers",), "bootstrap peer URLs (optional with a shared database)"),
-    Setting("default_partitions", _pos, 100, ("partitions",), "partitions of a topic created on first use"),
-    Setting("max_partitions", _pos, 1000, (), "largest partition count a topic may ask for"),
-    Setting("max_body", _pos, 1 << 20, ("max.body",), "largest message body in bytes"),
-    Setting("max_request", _pos, 16 << 20, (), "largest HTTP request body in bytes"),
-    Setting("max_batch", _pos, 1000, (), "most messages in one publish request"),
-    Setting("max_headers", _pos, 64, (), "most headers on one message"),
-    Setting("max_header_name", _pos, 256, (), "longest header name"),
-    Setting("max_header_value", _pos, 8192, (), "longest header value"),
-    Setting("max_id", _pos, 256, (), "longest message id or key"),
-    Setting("threads", _pos, 32, (), "WSGI worker threads"),
-    Setting("max_connections", _pos, 1000, (), "most open HTTP connections; past it the least recently active idle "
-            "one is closed (503 if all are busy)"),
-    Setting("idle_timeout_ms", _pos, 30000, (), "an HTTP connection with no request in progress is closed after this"),
-    Setting("header_timeout_ms", _pos, 10000, (), "a request's headers must be in this long after its first byte"),
-    Setting("commit_max_rows", _pos, 5000, (), "most rows in one group commit"),
-    Setting("push_max_attempts", _pos, 5, (), "push attempts before a message is dead-lettered"),
-    Setting("push_timeout_ms", _pos, 5000, (), "total deadline of one push request: connect, send and answer"),
-    Setting("push_backoff_ms", _pos, 200, (), "first retry delay; doubles each attempt, with jitter"),
-    Setting("push_backoff_max_ms", _pos, 10000, (), "longest retry delay"),
-    Setting("push_batch", _pos, 100, (), "most messages in one push request"),
-    Setting("push_fail_limit", _pos, 3, (), "dead-lettered messages in a row before a push subscriber loses its lease"),
-    Setting("dlq_suffix", str, ".dlq", (), "suffix of the dead-letter topic"),
-    Setting("push_workers", _pos, 64, (), "most pushes in flight: one per push subscriber, so a slow receiver "
-            "holds only its own"),
-    Setting("push_max_bytes", _pos, 4 << 20, (), "largest push request body in bytes (at least one message)"),
-    Setting("subscriber_lease_ms", _pos, 15000, (), "a subscriber without heartbeat for this long is dropped"),
-    Setting("redelivery_ms", _pos, 30000, (), "fetched but uncommitted messages come back after this"),
-    Setting("pull_max_deliveries", _pos, 5, (), "fetches of a message without a commit before it is dead-lettered"),
-    Setting("max_wait_ms", _non_negative, 30000, (), "longest long-poll wait"),
-    Setting("max_fetch", _pos, 1000, (), "most messages in one fetch"),
-    Setting("fetch_max_bytes", _pos, 4 << 20, (), "most message bytes in one fetch (at least one message)"),
-    Setting("max_subscribers", _pos, 1000, (), "most subscribers in one group"),
-    Setting("node_lease_ms", _pos, 6000, (), "a node without heartbeat for this long is dead"),
-    Setting("heartbeat_ms", _pos, 1000, (), "node heartbeat interval"),
-    Setting("forward_timeout_ms", _pos, 10000, (), "timeout of a forwarded request"),
-    Setting("tokens", _list, (), ("tokens",), "token=role[+role]@pattern[|pattern], comma-separated"),
-    Setting("cluster_token", str, "", ("cluster.token",), "token nodes use to call each other"),
-    Setting("push_allow", _list, (), ("push.allow",), "CIDRs and host patterns push URLs may point at"),
-    Setting("allow_remote", _bool, False, (), "serve non-loopback clients without tokens"),
-    Setting("tls_cert", str, "", ("server.ssl.certificate",), "PEM certificate to serve HTTPS"),
-    Setting("tls_key", str, "", ("server.ssl.certificate-private-key",), "PEM key to serve HTTPS"),
-    Setting("retention_ms", _non_negative, 0,("retention",), "drop journaled, consumed rows older than this (0 keeps)"),
-    Setting("retention_interval_ms", _pos, 10000, (), "how often retention looks for rows to delete"),
-    Setting("retention_batch", _pos, 5000, (), "most rows one retention DELETE removes"),
-    Setting("journal_dir", str, "", ("journal.dir",), "Parquet journal folder (default data_dir/journal)"),
-    Setting("checkpoint_dir", str, "", ("journal.checkpoint",), "Spark checkpoint folder"),
-    Setting("routes", str, "", ("journal.routes",), "routes properties file for the bridges"),
-    Setting("spark_master", str, "local[*]", ("spark.master",), "Spark master URL"),
-    Setting("journal_max_rows", _pos, 200000, (), "most rows in one journal micro-batch"),
-    Setting("journal_trigger_ms", _pos, 1000, (), "journal micro-batch interval"),
-    Setting("journal_metrics_port", _port, 9464, (), "port of the journal's /metrics (0: off)"),
-    Setting("log_level", str, "INFO", (), "logging level"),
-)
 
-_BY_ATTR = {s.attr: s for s in SETTINGS}
-_BY_FILE_KEY = {key: s for s in SETTINGS for key in (s.file_keys + (s.attr.replace("_", "."),))}
+def _field(default: Any, parse: Callable[[str], Any], doc: str, *file_keys: str) -> Any:
+    """A setting: its default, the parser of its text form, its doc, and its properties-file keys."""
+    return dataclasses.field(default=default, metadata={"parse": parse, "doc": doc, "file_keys": file_keys})
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Validated settings. Build them with :func:`load`."""
+    """Validated, typed settings. Build them with :func:`load`; the defaults alone are ``Settings()``."""
 
-    values: Mapping[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    node_name: str = _field("toymb-1", str, "stable node name; its id is derived from it", "node.name")
+    host: str = _field("127.0.0.1", str, "address to bind", "server.address")
+    port: int = _field(8080, _port, "port to serve HTTP on", "server.port")
+    node_url: str = _field("", str, "URL other nodes reach this one at (default http://host:port)", "node.url")
+    data_dir: str = _field("./data", str, "folder for SQLite and local state", "data.dir")
+    database_url: str = _field("", str, "SQLAlchemy URL; default SQLite under data_dir", "datasource.url")
+    topics: tuple[str, ...] = _field((), _list, "topics created at startup", "topics")
+    enriching_topics: tuple[str, ...] = _field((), _list, "topic=package.module:Class, comma-separated",
+                                               "enrichingtopics")
+    peers: tuple[str, ...] = _field((), _list, "bootstrap peer URLs (optional with a shared database)", "peers")
+    default_partitions: int = _field(100, _pos, "partitions of a topic created on first use", "partitions")
+    max_partitions: int = _field(1000, _pos, "largest partition count a topic may ask for")
+    max_body: int = _field(1 << 20, _pos, "largest message body in bytes", "max.body")
+    max_request: int = _field(16 << 20, _pos, "largest HTTP request body in bytes")
+    max_batch: int = _field(1000, _pos, "most messages in one publish request")
+    max_headers: int = _field(64, _pos, "most headers on one message")
+    max_header_name: int = _field(256, _pos, "longest header name")
+    max_header_value: int = _field(8192, _pos, "longest header value")
+    max_id: int = _field(256, _pos, "longest message id or key")
+    threads: int = _field(32, _pos, "WSGI worker threads")
+    max_connections: int = _field(
+        1000, _pos,
+        "most open HTTP connections; past it the least recently active idle one is closed (503 if all are busy)")
+    idle_timeout_ms: int = _field(30000, _pos, "an HTTP connection with no request in progress is closed after this")
+    header_timeout_ms: int = _field(10000, _pos, "a request's headers must be in this long after its first byte")
+    commit_max_rows: int = _field(5000, _pos, "most rows in one group commit")
+    push_max_attempts: int = _field(5, _pos, "push attempts before a message is dead-lettered")
+    push_timeout_ms: int = _field(5000, _pos, "total deadline of one push request: connect, send and answer")
+    push_backoff_ms: int = _field(200, _pos, "first retry delay; doubles each attempt, with jitter")
+    push_backoff_max_ms: int = _field(10000, _pos, "longest retry delay")
+    push_batch: int = _field(100, _pos, "most messages in one push request")
+    push_fail_limit: int = _field(3, _pos, "dead-lettered messages in a row before a push subscriber loses its lease")
+    dlq_suffix: str = _field(".dlq", str, "suffix of the dead-letter topic")
+    push_workers: int = _field(
+        64, _pos,
+        "most pushes in flight: one per push subscriber, so a slow receiver holds only its own")
+    push_max_bytes: int = _field(4 << 20, _pos, "largest push request body in bytes (at least one message)")
+    subscriber_lease_ms: int = _field(15000, _pos, "a subscriber without heartbeat for this long is dropped")
+    redelivery_ms: int = _field(30000, _pos, "fetched but uncommitted messages come back after this")
+    pull_max_deliveries: int = _field(5, _pos, "fetches of a message without a commit before it is dead-lettered")
+    max_wait_ms: int = _field(30000, _non_negative, "longest long-poll wait")
+    max_fetch: int = _field(1000, _pos, "most messages in one fetch")
+    fetch_max_bytes: int = _field(4 << 20, _pos, "most message bytes in one fetch (at least one message)")
+    max_subscribers: int = _field(1000, _pos, "most subscribers in one group")
+    node_lease_ms: int = _field(6000, _pos, "a node without heartbeat for this long is dead")
+    heartbeat_ms: int = _field(1000, _pos, "node heartbeat interval")
+    forward_timeout_ms: int = _field(10000, _pos, "timeout of a forwarded request")
+    tokens: tuple[str, ...] = _field((), _list, "token=role[+role]@pattern[|pattern], comma-separated", "tokens")
+    cluster_token: str = _field("", str, "token nodes use to call each other", "cluster.token")
+    push_allow: tuple[str, ...] = _field((), _list, "CIDRs and host patterns push URLs may point at", "push.allow")
+    allow_remote: bool = _field(False, _bool, "serve non-loopback clients without tokens")
+    tls_cert: str = _field("", str, "PEM certificate to serve HTTPS", "server.ssl.certificate")
+    tls_key: str = _field("", str, "PEM key to serve HTTPS", "server.ssl.certificate-private-key")
+    retention_ms: int = _field(0, _non_negative, "drop journaled, consumed rows older than this (0 keeps)", "retention")
+    retention_interval_ms: int = _field(10000, _pos, "how often retention looks for rows to delete")
+    retention_batch: int = _field(5000, _pos, "most rows one retention DELETE removes")
+    journal_dir: str = _field("", str, "Parquet journal folder (default data_dir/journal)", "journal.dir")
+    checkpoint_dir: str = _field("", str, "Spark checkpoint folder", "journal.checkpoint")
+    routes: str = _field("", str, "routes properties file for the bridges", "journal.routes")
+    spark_master: str = _field("local[*]", str, "Spark master URL", "spark.master")
+    journal_max_rows: int = _field(200000, _pos, "most rows in one journal micro-batch")
+    journal_trigger_ms: int = _field(1000, _pos, "journal micro-batch interval")
+    journal_metrics_port: int = _field(9464, _port, "port of the journal's /metrics (0: off)")
+    log_level: str = _field("INFO", str, "logging level")
 
     @property
     def effective_database_url(self) -> str:
         if self.database_url:
-            return str(self.database_url)
+            return self.database_url
         return f"sqlite:///{Path(self.data_dir).resolve() / 'toymb.db'}"
 
     @property
     def effective_node_url(self) -> str:
         if self.node_url:
-            return str(self.node_url).rstrip("/")
+            return self.node_url.rstrip("/")
         scheme = "https" if self.tls_cert else "http"
         return f"{scheme}://{self.host}:{self.port}"
 
@@ -178,7 +173,16 @@ class Settings:
         return str(self.checkpoint_dir or Path(self.data_dir) / "checkpoints")
 
     def replace(self, **changes: Any) -> Settings:
-        return load(env={}, overrides={**self.values, **changes})
+        """These settings with ``changes`` applied and validated again."""
+        current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return load(env={}, overrides={**current, **changes})
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(f.name, f.metadata["parse"], f.default, f.metadata["file_keys"], f.metadata["doc"])
+    for f in dataclasses.fields(Settings))
+_BY_ATTR = {s.attr: s for s in SETTINGS}
+_BY_FILE_KEY = {key: s for s in SETTINGS for key in (s.file_keys + (s.attr.replace("_", "."),))}
 
 
 def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -245,7 +249,7 @@ def load(
             raise ConfigError(f"unknown setting {attr!r}")
         apply(setting, raw, f"--{attr.replace('_', '-')}")
     _validate(values)
-    return Settings(values)
+    return Settings(**values)
 
 
 def _validate(values: dict[str, Any]) -> None:
