@@ -15,8 +15,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
-
 # Variables read by other programs of the distribution (driver, tests), not by a node.
 CLIENT_ENV = {"TOYMB_URLS", "TOYMB_TOKEN", "TOYMB_CONSUMER_PORT", "TOYMB_CONSUMER_HOST", "TOYMB_ADVERTISE_URL",
               "TOYMB_APP_NAME", "TOYMB_INSTANCE", "TOYMB_PUSH_PATH", "TOYMB_BRIDGE_URL", "TOYMB_BRIDGE_PORT",

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from .config import NAME_PATTERN
+from driver.names import NAME_PATTERN, is_name
+
 from .envelope import Limits, NewMessage, decode_body, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
 
 if TYPE_CHECKING:
     from .node import Node
 
-_NAME = re.compile(NAME_PATTERN)
-
-
 def check_name(name: Any, what: str = "topic") -> str:
     """A topic or group name, or BadRequest saying what is allowed."""
-    # fullmatch: with match, "$" also accepts a trailing newline ("orders\n").
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not is_name(name):
         raise BadRequest(f"{what} name must match {NAME_PATTERN}", code=f"bad_{what}_name")
     return name
 

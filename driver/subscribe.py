@@ -19,11 +19,8 @@ from typing import Any, Literal, TypeVar
 from . import config
 from .errors import ConfigurationError
 from .message import Message
+from .names import NAME_PATTERN, SUBSCRIBER_ID_PATTERN, is_name, is_subscriber_id
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
-_NAME = re.compile(NAME_PATTERN)
-SUBSCRIBER_ID_PATTERN = r"^[A-Za-z0-9._:@-]{1,200}$"
-_SUBSCRIBER_ID = re.compile(SUBSCRIBER_ID_PATTERN)
 _ATTR = "__toymb_subscriptions__"
 
 H = TypeVar("H", bound=Callable[..., Any])
@@ -32,10 +29,10 @@ Handler = Callable[[Message], object]
 
 def check_name(value: object, what: str) -> str:
     """``value`` if it is a valid topic or group name (or subscriber id), else ConfigurationError."""
-    pattern = _SUBSCRIBER_ID if what == "subscriber id" else _NAME
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ConfigurationError(f"{what} must be a string matching {pattern.pattern}, not {value!r}")
-    return value
+    valid, pattern = (is_subscriber_id, SUBSCRIBER_ID_PATTERN) if what == "subscriber id" else (is_name, NAME_PATTERN)
+    if valid(value):
+        return value
+    raise ConfigurationError(f"{what} must be a string matching {pattern}, not {value!r}")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
-from ..config import NAME_PATTERN
+from driver.names import NAME_PATTERN, SUBSCRIBER_ID_PATTERN
+
 from . import node
 
 bp = Blueprint("openapi", __name__)
@@ -66,7 +67,7 @@ def _name_param(name: str, description: str) -> dict[str, Any]:
 
 
 NONNEG = {"type": "integer", "minimum": 0}
-SID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9._:@-]+$"}
+SID_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": SUBSCRIBER_ID_PATTERN}
 
 
 def _sid_param(name: str = "sid") -> dict[str, Any]:

@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,10 +42,13 @@ from typing import Any
 
 from flask import Request
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import Forbidden, Unauthorized
+from ..errors import Forbidden, Unauthorized, Unavailable
 from ..store.schema import subscribers
 from .tokens import ADMIN, ADMIN_GRANT, CONSUME, PUBLISH, Grant, TokenTable
+
+log = logging.getLogger(__name__)
 
 CLUSTER_HEADER = "X-ToyMB-Cluster-Token"
 ANY = "any"  # any of the three roles
@@ -189,7 +193,11 @@ def _refusal(grant: Grant, need: Need) -> str:
 
 
 def subscriber_topic_lookup(node: Any) -> Callable[[str], str | None]:
-    """Look a subscriber's topic up in the shared store (None when it does not exist)."""
+    """Look a subscriber's topic up in the shared store (None when it does not exist).
+
+    Closed on error: when the store cannot answer, the request is refused with 503, never let
+    through as if the subscriber had no topic (which any grant with the role would pass).
+    """
 
     def lookup(sid: str) -> str | None:
         if len(sid) > 200:
@@ -197,8 +205,10 @@ def subscriber_topic_lookup(node: Any) -> Callable[[str], str | None]:
         try:
             with node.store.engine.connect() as conn:
                 row = conn.execute(select(subscribers.c.topic).where(subscribers.c.id == sid)).first()
-        except Exception:  # noqa: BLE001 - an unreachable store: the handler reports it
-            return None
+        except SQLAlchemyError as exc:
+            log.warning("authorization refused: the topic of subscriber %r cannot be read from the store (%s)",
+                        sid, type(exc).__name__)
+            raise Unavailable("the store cannot be reached to authorize this request") from exc
         return None if row is None else str(row[0])
 
     return lookup

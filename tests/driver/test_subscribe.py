@@ -57,6 +57,10 @@ def test_decorated_class_keeps_consume_and_gets_one_instance() -> None:
     {"topic": "t", "group": ""},
     {"topic": "t", "group": "g" * 201},
     {"topic": "t", "group": "g", "id": "has space"},
+    # A trailing newline is not part of a name: a check with re.match and "$" would let these by.
+    {"topic": "orders\n", "group": "g"},
+    {"topic": "t", "group": "g\n"},
+    {"topic": "t", "group": "g", "id": "abc\n"},
     {"topic": "t", "group": "g", "start": "middle"},
 ])
 def test_bad_names_fail_at_decoration_time(kwargs: dict[str, str]) -> None:

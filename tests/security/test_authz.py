@@ -8,6 +8,10 @@ with 401 or 403.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -197,3 +201,19 @@ class TestClusterToken:
     ) -> None:
         headers = {"X-ToyMB-Cluster-Token": value, **bearer(ADM)}
         assert secure.get("/v1/topics", headers=headers).status_code == 401
+
+
+def test_a_store_error_while_authorizing_refuses_with_503_and_is_logged(
+    secure_app: Flask, subs: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The subscriber's topic cannot be read: refuse (closed), never treat it as a topic-less request."""
+    with closing(sqlite3.connect(tmp_path / "toymb.db")) as db:
+        db.execute("ALTER TABLE toymb_subscribers RENAME TO toymb_subscribers_away")
+        db.commit()
+    client = secure_app.test_client()
+    with caplog.at_level(logging.WARNING, logger="broker.security.authz"):
+        answer = client.post(f"/v1/subscribers/{subs[IN]}/heartbeat", headers=bearer(CON))
+    assert answer.status_code == 503, answer.json
+    assert answer.json["error"] == "unavailable" and answer.headers["Retry-After"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "broker.security.authz"]
+    assert refusals and subs[IN] in refusals[0], caplog.text
