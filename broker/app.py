@@ -6,14 +6,13 @@ import logging
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from sqlalchemy.exc import DataError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from . import config as config_module
 from .config import Settings
 from .errors import BrokerError
 from .node import Node
+from .store.errors import STORE_REFUSED_VALUE, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +45,6 @@ def register_error_handlers(app: Flask) -> None:
             response.headers["Retry-After"] = RETRY_AFTER_S
         return response, exc.status
 
-    @app.errorhandler(OperationalError)
-    @app.errorhandler(InterfaceError)
-    @app.errorhandler(PoolTimeout)
     def store_unavailable(exc: Exception) -> tuple[Response, int]:
         log.warning("store unavailable: %s", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         response, status = _error_response("unavailable", f"the store cannot be reached now ({type(exc).__name__})",
@@ -56,9 +52,13 @@ def register_error_handlers(app: Flask) -> None:
         response.headers["Retry-After"] = RETRY_AFTER_S
         return response, status
 
-    @app.errorhandler(DataError)
-    def store_refused_value(exc: DataError) -> tuple[Response, int]:
+    def store_refused_value(exc: Exception) -> tuple[Response, int]:
         return _error_response("bad_value", "the store refused a value of this request", 400)
+
+    for unavailable in STORE_UNAVAILABLE:
+        app.register_error_handler(unavailable, store_unavailable)
+    for refused in STORE_REFUSED_VALUE:
+        app.register_error_handler(refused, store_refused_value)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:

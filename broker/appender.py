@@ -16,20 +16,18 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
-from sqlalchemy.exc import DataError
-
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
 from .partitioning import partition_for
-from .store import Store, Topic
+from .store import AppendTransaction, Store, Topic
+from .store.errors import STORE_REFUSED_VALUE
 
 log = logging.getLogger(__name__)
 
 # A hook run inside the write transaction, before anything is written to ``topic``; it raises
 # NotOwner when this node may no longer write the topic (cluster fencing). What it returns is run
 # only after that transaction committed (a claim of the topic is believed from then on).
-FenceCheck = Callable[[Connection, str], Callable[[], None] | None]
+FenceCheck = Callable[[AppendTransaction, str], Callable[[], None] | None]
 CommitListener = Callable[[str, set[int]], None]
 
 
@@ -58,7 +56,7 @@ _STOP = object()
 
 def _store_error(exc: Exception) -> BrokerError:
     """What a publisher hears when the store refused its commit."""
-    if isinstance(exc, DataError):
+    if isinstance(exc, STORE_REFUSED_VALUE):
         # The request's own values (validation lets nothing through that the store is known to refuse).
         return BadRequest(f"the store refused a value of this message: {type(exc).__name__}", code="bad_value")
     return Unavailable(f"store write failed: {type(exc).__name__}")
@@ -143,18 +141,18 @@ class Appender:
         fenced: dict[str, BrokerError] = {}
         after_commit: list[Callable[[], None]] = []
         try:
-            with self.store.engine.begin() as conn:
+            with self.store.append_transaction() as txn:
                 for name in names:
                     if self.fence is not None:
                         try:
-                            then = self.fence(conn, name)
+                            then = self.fence(txn, name)
                             if then is not None:
                                 after_commit.append(then)
                         except BrokerError as exc:
                             fenced[name] = exc
                             self._next.pop(name, None)
-                results, rows, ends = self._assign(conn, [r for r in batch if r.topic.name not in fenced])
-                self.store.write(conn, rows, ends)
+                results, rows, ends = self._assign(txn, [r for r in batch if r.topic.name not in fenced])
+                txn.write(rows, ends)
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
             for name in names:
                 self._next.pop(name, None)
@@ -190,7 +188,7 @@ class Appender:
                 except Exception:
                     log.exception("commit listener failed")
 
-    def _assign(self, conn: Connection, batch: list[_Request]
+    def _assign(self, txn: AppendTransaction, batch: list[_Request]
                 ) -> tuple[dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int]]:
         by_topic: dict[str, list[str]] = {}
         for request in batch:
@@ -198,8 +196,8 @@ class Appender:
         known: dict[tuple[str, str], Stored] = {}
         for name, ids in by_topic.items():
             if name not in self._next:
-                self._next[name] = self.store.end_offsets(name, conn)
-            for msg_id, (p, o) in self.store.existing_ids(conn, name, ids).items():
+                self._next[name] = txn.end_offsets(name)
+            for msg_id, (p, o) in txn.existing_ids(name, ids).items():
                 known[(name, msg_id)] = Stored(msg_id, name, p, o, duplicate=True)
         ends: dict[tuple[str, int], int] = {}
         rows: list[tuple[Any, ...]] = []

@@ -9,10 +9,13 @@ import math
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .errors import BadRequest, LimitExceeded, PayloadTooLarge
+
+T = TypeVar("T")
 
 _INPUT_KEYS = frozenset({"id", "key", "headers", "body", "body_base64", "content_type", "timestamp"})
 JSON_TYPE = "application/json"
@@ -260,3 +263,45 @@ def render(topic: str, partition: int, offset: int, msg_id: str, key: str | None
         "content_type": content_type,
         **decode_body(content_type, body),
     }
+
+
+class MessageRow(Protocol):
+    """A stored message as the store reads it (a database row, read by attribute)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def headers(self) -> str: ...
+    @property
+    def content_type(self) -> str: ...
+    @property
+    def body(self) -> bytes | memoryview: ...
+    @property
+    def timestamp(self) -> int: ...
+
+
+def render_row(row: MessageRow) -> dict[str, Any]:
+    """The JSON envelope of a stored message."""
+    return render(row.topic, row.partition, row.offset, row.id, row.key, row.headers, row.timestamp,
+                  row.content_type, bytes(row.body))
+
+
+def within(items: Iterable[T], size: Callable[[T], int], cap: int) -> list[T]:
+    """The longest prefix of ``items`` weighing at most ``cap`` in all, and never less than the
+    first item: a message larger than the cap still goes, alone. Stops reading ``items`` there."""
+    kept: list[T] = []
+    total = 0
+    for item in items:
+        total += size(item)
+        if kept and total > cap:
+            break
+        kept.append(item)
+    return kept

@@ -27,10 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, select, text
-
 from ..errors import NotOwner
-from ..store.schema import topics
+from ..store import AppendTransaction
 
 if TYPE_CHECKING:
     from .router import Router
@@ -60,29 +58,23 @@ class Fence:
         with self._lock:
             return self._epochs.get(topic)
 
-    def __call__(self, conn: Connection, topic: str) -> Callable[[], None] | None:
-        """Check (or claim) ``topic`` inside the append transaction ``conn``.
+    def __call__(self, txn: AppendTransaction, topic: str) -> Callable[[], None] | None:
+        """Check (or claim) ``topic`` inside the append transaction ``txn``.
 
         Returns what to run once that transaction has committed (a new claim), or None.
 
         Raises:
             NotOwner: this node may not write ``topic`` now (503, retryable).
         """
-        if conn.dialect.name == "postgresql":
-            # A frozen node must not hold the topic's lock past its lease, or it would block the
-            # next owner: the server ends its idle transaction, and we stop waiting for one.
-            conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
-                              "set_config('idle_in_transaction_session_timeout', :t, true)"),
-                         {"t": f"{self.lease_ms}ms"})
-        row = conn.execute(select(topics.c.owner, topics.c.epoch).where(topics.c.name == topic)
-                           .with_for_update()).first()
+        # A frozen node must not hold the topic's lock past its lease, or it would block the next owner.
+        row = txn.lock_topic(topic, self.lease_ms)
         if row is None:
             return None  # not created yet: the writer creates topics before appending, so nothing to fence
         router = self.router
         if not router.owns(topic):
             raise NotOwner(f"this node does not own topic {topic!r} now; retry", owner=router.owner_of(topic))
         me = router.me.name
-        epoch = int(row.epoch or 0)
+        epoch = row.epoch
         with self._lock:
             mine = self._epochs.get(topic)
             if row.owner == me and epoch == mine:
@@ -96,9 +88,7 @@ class Fence:
                     router.membership.wake()
                     raise NotOwner(f"topic {topic!r} was claimed by {row.owner}; retry",
                                    owner=row.owner or router.owner_of(topic))
-        claimed = conn.execute(topics.update().where(topics.c.name == topic, topics.c.epoch == row.epoch)
-                               .values(owner=me, epoch=epoch + 1))
-        if claimed.rowcount != 1:
+        if not txn.claim_topic(topic, me, row):
             raise NotOwner(f"topic {topic!r} changed hands concurrently; retry", owner=router.owner_of(topic))
         self._drop_cached_offsets(topic)
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask
 
 from ..errors import Conflict, NotFound
-from .assignment import partitions_by_member
+from ..store.groups import NEVER_MS, GroupStore, Subscriber, now_ms
+from .assignment import assign, partitions_by_member
 from .dispatcher import Dispatcher
-from .groups import NEVER_MS, GroupStore, Subscriber, now_ms
 from .pull import Fetcher
 from .reaper import Reaper
 
@@ -29,7 +29,7 @@ class Delivery:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.groups = GroupStore(node.store)
+        self.groups = GroupStore(node.store, assign)
         self.dispatcher = Dispatcher(node, self.groups)
         self.fetcher = Fetcher(node, self.groups)
         self.reaper = Reaper(node, self.groups, self.dispatcher.invalidate)

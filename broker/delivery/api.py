@@ -11,10 +11,10 @@ from flask import Blueprint, jsonify, request
 from driver.names import SUBSCRIBER_ID_PATTERN, is_subscriber_id
 
 from ..api import json_object, node
+from ..envelope import render_row
 from ..errors import BadRequest, Conflict, LimitExceeded
 from ..publish import check_name
 from ..security import caller_may_publish
-from ..store import Store
 from .push import check_http_url
 
 bp = Blueprint("delivery", __name__)
@@ -129,7 +129,7 @@ def fetch(topic: str, group: str) -> Any:
     node().topic(topic)
     sub = d.touch(_member(topic, group, request.args.get("subscriber"), "pull"))
     rows = d.fetcher.fetch(topic, group, sub.id, limit, wait_ms)
-    return jsonify(messages=[Store.envelope(r) for r in rows])
+    return jsonify(messages=[render_row(r) for r in rows])
 
 
 @bp.post("/v1/topics/<topic>/groups/<group>/offsets")

@@ -29,9 +29,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..envelope import within
 from ..errors import BrokerError
+from ..store.groups import GroupStore, Subscriber
 from .deadletter import dead_letter
-from .groups import GroupStore, Subscriber, within
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .push import backoff_s, batch_body, compat_body, envelope_json

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from .groups import GroupStore
+from ..store.groups import GroupStore
 
 log = logging.getLogger(__name__)
 

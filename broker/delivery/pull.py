@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequest, BrokerError, Conflict
+from ..store.groups import GroupStore
 from .deadletter import dead_letter
-from .groups import GroupStore
 
 if TYPE_CHECKING:
     from ..node import Node

@@ -8,8 +8,8 @@ import random
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..envelope import render_row
 from ..errors import BadRequest
-from ..store import Store
 
 # ToyMB's messageId is a Java long; ours are (partition, offset), packed so the number stays
 # unique within a topic and readable: partition 17, offset 42 -> 17000000000042.
@@ -38,7 +38,7 @@ def backoff_s(attempt: int, base_ms: int, max_ms: int) -> float:
 
 
 def envelope_json(row: Any) -> str:
-    return json.dumps(Store.envelope(row), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(render_row(row), separators=(",", ":"), ensure_ascii=False)
 
 
 def batch_body(subscriber_id: str, topic: str, group: str, envelopes: list[str]) -> bytes:

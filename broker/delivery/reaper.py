@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import BrokerError
-from .groups import GroupStore, now_ms
+from ..store.groups import GroupStore, now_ms
 
 if TYPE_CHECKING:
     from ..node import Node

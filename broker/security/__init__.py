@@ -33,7 +33,7 @@ def install(app: Flask, node: Any) -> None:
     settings = node.settings
     tokens = parse_tokens(settings.tokens)
     authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
-                            subscriber_topic=subscriber_topic_lookup(node))
+                            subscriber_topic=subscriber_topic_lookup(node.extensions["delivery"].groups))
     allowlist = build_allowlist(settings.push_allow, loopback_only=authorizer.loopback_only)
     node.push_addresses = allowlist.addresses
     node.extensions["security"] = authorizer

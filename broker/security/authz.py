@@ -38,14 +38,12 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from flask import Request
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import Forbidden, Unauthorized, Unavailable
-from ..store.schema import subscribers
+from ..store.errors import STORE_ERROR
+from ..store.groups import GroupStore
 from .tokens import ADMIN, ADMIN_GRANT, CONSUME, PUBLISH, Grant, TokenTable
 
 log = logging.getLogger(__name__)
@@ -192,7 +190,7 @@ def _refusal(grant: Grant, need: Need) -> str:
     return f"{grant.name} lacks {role}{where}"
 
 
-def subscriber_topic_lookup(node: Any) -> Callable[[str], str | None]:
+def subscriber_topic_lookup(groups: GroupStore) -> Callable[[str], str | None]:
     """Look a subscriber's topic up in the shared store (None when it does not exist).
 
     Closed on error: when the store cannot answer, the request is refused with 503, never let
@@ -203,12 +201,10 @@ def subscriber_topic_lookup(node: Any) -> Callable[[str], str | None]:
         if len(sid) > 200:
             return None
         try:
-            with node.store.engine.connect() as conn:
-                row = conn.execute(select(subscribers.c.topic).where(subscribers.c.id == sid)).first()
-        except SQLAlchemyError as exc:
+            return groups.topic_of(sid)
+        except STORE_ERROR as exc:
             log.warning("authorization refused: the topic of subscriber %r cannot be read from the store (%s)",
                         sid, type(exc).__name__)
             raise Unavailable("the store cannot be reached to authorize this request") from exc
-        return None if row is None else str(row[0])
 
     return lookup

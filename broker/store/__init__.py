@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .sql import Store, Topic, normalize_url, open_engine
+from .sql import AppendTransaction, Store, Topic, TopicClaim, normalize_url, open_engine
 
-__all__ = ["Store", "Topic", "normalize_url", "open_engine"]
+__all__ = ["AppendTransaction", "Store", "Topic", "TopicClaim", "normalize_url", "open_engine"]

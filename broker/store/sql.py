@@ -9,16 +9,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, text, tuple_
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from ..envelope import NewMessage, render
+from ..envelope import MessageRow, NewMessage
 from . import schema
 from .schema import messages, partitions, topics
 
@@ -35,6 +36,14 @@ class Topic:
     partitions: int
     owner: str | None = None
     epoch: int = 0
+
+
+@dataclass(frozen=True)
+class TopicClaim:
+    """Who sequences a topic, and the epoch they claimed it at (``toymb_topics.owner, epoch``)."""
+
+    owner: str | None
+    epoch: int
 
 
 def normalize_url(url: str) -> str:
@@ -140,6 +149,12 @@ class Store:
 
     # -- offsets ------------------------------------------------------------------------------
 
+    @contextmanager
+    def append_transaction(self) -> Iterator[AppendTransaction]:
+        """One write transaction of the group-commit writer: committed when the block ends."""
+        with self.engine.begin() as conn:
+            yield AppendTransaction(self, conn)
+
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
         """Next offset to be written, per partition."""
         query = select(partitions.c.partition, partitions.c.next_offset).where(partitions.c.topic == topic)
@@ -147,37 +162,6 @@ class Store:
             return {p: n for p, n in conn.execute(query)}
         with self.engine.connect() as own:
             return {p: n for p, n in own.execute(query)}
-
-    def all_end_offsets(self) -> dict[tuple[str, int], int]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(partitions.c.topic, partitions.c.partition, partitions.c.next_offset))
-            return {(t, p): n for t, p, n in rows}
-
-    def existing_ids(self, conn: Connection, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """Coordinates of the ids among ``ids`` that ``topic`` already holds."""
-        found: dict[str, tuple[int, int]] = {}
-        for start in range(0, len(ids), _ID_CHUNK):
-            chunk = ids[start : start + _ID_CHUNK]
-            query = select(messages.c.id, messages.c.partition, messages.c.offset).where(
-                messages.c.topic == topic, messages.c.id.in_(chunk))
-            found.update({i: (p, o) for i, p, o in conn.execute(query)})
-        return found
-
-    def write(self, conn: Connection, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int]) -> None:
-        """Insert message rows (from :meth:`row`) and move the partitions' next offsets.
-
-        Runs inside the caller's transaction. It goes straight to the DBAPI's ``executemany``:
-        this is the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
-        """
-        mark = "?" if self.dialect == "sqlite" else "%s"
-        if rows:
-            conn.exec_driver_sql(
-                'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, body, '
-                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
-        if ends:
-            conn.exec_driver_sql(
-                f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',
-                [(n, t, p) for (t, p), n in ends.items()])
 
     @staticmethod
     def row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
@@ -188,30 +172,15 @@ class Store:
     # -- reading ------------------------------------------------------------------------------
 
     def read_range(self, topic: str, partition: int, start: int, limit: int,
-                   end: int | None = None) -> list[dict[str, Any]]:
-        """Envelopes of ``topic``/``partition`` from offset ``start``, at most ``limit``, before ``end``."""
+                   end: int | None = None) -> list[MessageRow]:
+        """Messages of ``topic``/``partition`` from offset ``start``, at most ``limit``, before ``end``."""
         query = select(messages).where(messages.c.topic == topic, messages.c.partition == partition,
                                        messages.c.offset >= start)
         if end is not None:
             query = query.where(messages.c.offset < end)
         query = query.order_by(messages.c.offset).limit(limit)
         with self.engine.connect() as conn:
-            return [self.envelope(r) for r in conn.execute(query)]
-
-    def read_positions(self, topic: str, starts: dict[int, int], limit: int) -> list[dict[str, Any]]:
-        """Envelopes from several partitions at once, each from its own start offset, in offset order."""
-        if not starts:
-            return []
-        result: list[dict[str, Any]] = []
-        with self.engine.connect() as conn:
-            for partition, start in sorted(starts.items()):
-                if len(result) >= limit:
-                    break
-                query = (select(messages).where(messages.c.topic == topic, messages.c.partition == partition,
-                                                messages.c.offset >= start)
-                         .order_by(messages.c.offset).limit(limit - len(result)))
-                result.extend(self.envelope(r) for r in conn.execute(query))
-        return result
+            return list(conn.execute(query).all())
 
     def count_messages(self, topic: str | None = None) -> int:
         query = select(func.count()).select_from(messages)
@@ -220,16 +189,62 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
-    def find(self, topic: str, keys: Iterable[tuple[int, int]]) -> list[dict[str, Any]]:
-        pairs = list(keys)
-        if not pairs:
-            return []
-        query = select(messages).where(messages.c.topic == topic,
-                                       tuple_(messages.c.partition, messages.c.offset).in_(pairs))
-        with self.engine.connect() as conn:
-            return [self.envelope(r) for r in conn.execute(query)]
 
-    @staticmethod
-    def envelope(row: Any) -> dict[str, Any]:
-        return render(row.topic, row.partition, row.offset, row.id, row.key, row.headers, row.timestamp,
-                      row.content_type, bytes(row.body))
+class AppendTransaction:
+    """The writer's view of one open transaction: fence the topics, then read ids and write rows."""
+
+    def __init__(self, store: Store, conn: Connection) -> None:
+        self._store = store
+        self._conn = conn
+
+    def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None:
+        """Lock ``topic``'s row until commit and read its claim; None when the topic does not exist.
+
+        On PostgreSQL the lock wait, and an idle transaction holding it, end after
+        ``lock_timeout_ms``: a frozen node must not hold a topic past its lease.
+        """
+        conn = self._conn
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
+                              "set_config('idle_in_transaction_session_timeout', :t, true)"),
+                         {"t": f"{lock_timeout_ms}ms"})
+        row = conn.execute(select(topics.c.owner, topics.c.epoch).where(topics.c.name == topic)
+                           .with_for_update()).first()
+        return None if row is None else TopicClaim(row.owner, int(row.epoch or 0))
+
+    def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool:
+        """Compare-and-set: make ``owner`` the topic's owner at ``seen.epoch + 1`` if the epoch is unchanged."""
+        claimed = self._conn.execute(topics.update().where(topics.c.name == topic, topics.c.epoch == seen.epoch)
+                                     .values(owner=owner, epoch=seen.epoch + 1))
+        return bool(claimed.rowcount == 1)
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Next offset to be written, per partition, as this transaction sees it."""
+        return self._store.end_offsets(topic, self._conn)
+
+    def existing_ids(self, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Coordinates of the ids among ``ids`` that ``topic`` already holds."""
+        found: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(ids), _ID_CHUNK):
+            chunk = ids[start : start + _ID_CHUNK]
+            query = select(messages.c.id, messages.c.partition, messages.c.offset).where(
+                messages.c.topic == topic, messages.c.id.in_(chunk))
+            found.update({i: (p, o) for i, p, o in self._conn.execute(query)})
+        return found
+
+    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int]) -> None:
+        """Insert message rows (from :meth:`Store.row`) and move the partitions' next offsets.
+
+        It goes straight to the DBAPI's ``executemany``:
+        this is the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
+        """
+        mark = "?" if self._store.dialect == "sqlite" else "%s"
+        conn = self._conn
+        if rows:
+            conn.exec_driver_sql(
+                'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, body, '
+                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
+        if ends:
+            conn.exec_driver_sql(
+                f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',
+                [(n, t, p) for (t, p), n in ends.items()])

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import requests
 
+from broker.envelope import render_row
 from broker.store import Store
 from tests.support import NodeProcess, wait_until
 
@@ -51,7 +52,7 @@ def test_sigkill_mid_stream_keeps_every_ack_and_dense_offsets(tmp_path: Path) ->
     store = Store(f"sqlite:///{node.data_dir / 'toymb.db'}")
     try:
         ends = store.end_offsets("stream")
-        rows = [row for p, end in ends.items() for row in store.read_range("stream", p, 0, end + 10)]
+        rows = [row for p, end in ends.items() for row in map(render_row, store.read_range("stream", p, 0, end + 10))]
     finally:
         store.dispose()
     by_id = {row["id"]: (row["partition"], row["offset"]) for row in rows}

@@ -7,6 +7,7 @@ import base64
 import pytest
 from flask.testing import FlaskClient
 
+from broker.envelope import render_row
 from broker.partitioning import partition_for
 
 
@@ -20,7 +21,7 @@ def test_single_publish_answers_coordinates_and_is_readable(client: FlaskClient)
     topic = client.get("/v1/topics/orders").get_json()
     assert topic["partitions"] == 100 and topic["end_offsets"][str(coords["partition"])] == 1
     node = client.application.extensions["toymb"]
-    row = node.store.read_range("orders", coords["partition"], 0, 1)[0]
+    row = render_row(node.store.read_range("orders", coords["partition"], 0, 1)[0])
     assert row["body"] == {"total": 12} and row["headers"] == {"trace": "abc"} and row["key"] == "c-7"
     assert row["content_type"] == "application/json" and row["timestamp"] > 1_600_000_000_000
 
@@ -35,7 +36,8 @@ def test_batch_publish_keeps_order_and_text_and_binary_bodies(client: FlaskClien
     assert r.status_code == 201
     out = r.get_json()["messages"]
     assert [m["id"] for m in out] == ["a", "b", "c"] and [m["offset"] for m in out] == [0, 1, 2]
-    rows = client.application.extensions["toymb"].store.read_range("mixed", out[0]["partition"], 0, 10)
+    store = client.application.extensions["toymb"].store
+    rows = [render_row(r) for r in store.read_range("mixed", out[0]["partition"], 0, 10)]
     assert rows[0]["body"] == "hello" and rows[0]["content_type"] == "text/plain"
     assert base64.b64decode(rows[1]["body_base64"]) == raw
     assert rows[1]["content_type"] == "application/octet-stream"
@@ -106,7 +108,7 @@ def test_toymb_compatible_publishing(client: FlaskClient) -> None:
     topic = client.get("/v1/topics/legacy").get_json()
     assert topic["partitions"] == 10
     part = partition_for("k1", 10)
-    row = client.application.extensions["toymb"].store.read_range("legacy", part, 0, 1)[0]
+    row = render_row(client.application.extensions["toymb"].store.read_range("legacy", part, 0, 1)[0])
     assert row["id"] == "j-1" and row["body"] == "{\"amount\":3}"
     assert client.post("/sendmessage", json={"topicName": "bad name", "key": "k", "body": "x"}).status_code == 400
 

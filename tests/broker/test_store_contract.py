@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from broker.appender import Appender
-from broker.envelope import NewMessage
+from broker.envelope import NewMessage, render_row
 from broker.partitioning import partition_for
 from broker.store import Store
 
@@ -53,11 +53,11 @@ def test_append_assigns_dense_offsets_per_partition_and_reads_back(database_url:
         ends = store.end_offsets("t")
         assert sum(ends.values()) == 60
         first = stored[0]
-        rows = store.read_range("t", first.partition, 0, 1000)
+        rows = [render_row(r) for r in store.read_range("t", first.partition, 0, 1000)]
         assert [r["offset"] for r in rows] == list(range(ends[first.partition]))
         assert rows[0]["id"] == "id-0" and rows[0]["body_base64"] == "AAAAAAAAAAAAAA=="
         assert rows[0]["headers"] == {"h": "0"} and rows[0]["content_type"] == "application/octet-stream"
-        assert store.read_range("t", first.partition, 1, 1)[0]["offset"] == 1
+        assert store.read_range("t", first.partition, 1, 1)[0].offset == 1
     finally:
         appender.stop()
         store.dispose()

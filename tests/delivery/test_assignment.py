@@ -67,12 +67,13 @@ def test_no_members_no_assignment() -> None:
 
 def test_a_revoked_subscriber_is_remembered_for_an_hour_like_an_expired_one(tmp_path: Path) -> None:
     """Purging keeps subscribers whose lease ended (or was revoked) within the last hour."""
-    from broker.delivery.groups import GroupStore, now_ms
+    from broker.delivery.assignment import assign
+    from broker.store.groups import GroupStore, now_ms
     from broker.store.sql import Store
 
     store = Store(f"sqlite:///{tmp_path / 'toymb.db'}")
     store.create_schema()
-    groups = GroupStore(store)
+    groups = GroupStore(store, assign)
     for sid in ("revoked", "expired"):
         groups.register("t", 4, "g", sid, mode="pull", url=None, compat=False, lease_until_ms=now_ms() - 10,
                         start="latest", max_members=10)

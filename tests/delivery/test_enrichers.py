@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 
 from broker.app import create_app
 from broker.enrichers import TopicEnricher
+from broker.envelope import render_row
 from broker.errors import ConfigError
 
 INITS: list[str] = []
@@ -65,7 +66,7 @@ def enriched(tmp_path: Path) -> Iterator[FlaskClient]:
 def stored(client: FlaskClient, topic: str) -> list[dict[str, Any]]:
     node = client.application.extensions["toymb"]
     ends = node.store.end_offsets(topic)
-    return list(node.store.read_positions(topic, {p: 0 for p in ends}, 1000))
+    return [render_row(r) for p in sorted(ends) for r in node.store.read_range(topic, p, 0, 1000)]
 
 
 def test_a_configured_enricher_rewrites_messages_and_is_initialised_once(enriched: FlaskClient) -> None:

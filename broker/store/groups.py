@@ -12,16 +12,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
+from ..envelope import MessageRow, within
 from ..errors import Conflict, LimitExceeded
-from ..store import Store
-from ..store.schema import assignments, group_offsets, messages, subscribers
-from ..store.schema import partitions as partition_table
-from .assignment import assign
+from .schema import assignments, group_offsets, messages, subscribers
+from .schema import partitions as partition_table
+from .sql import Store
+
+# The partition assignment policy: (partition count, live subscriber ids, current assignment) ->
+# the new assignment. Delivery owns the policy; the store applies it inside the rebalance transaction.
+AssignPolicy = Callable[[int, list[str], dict[int, str]], dict[int, str]]
 
 # Lease of ToyMB-compatible push subscribers: ToyMB's driver never heartbeats, so their lease ends
 # only when the broker revokes it (the receiver keeps failing).
@@ -41,22 +45,6 @@ _ROWS = ", ".join(f'"{c.name}"' for c in messages.columns)
 # type). Its JSON rendering is a little larger; a binary body sent as base64 is 4/3 of it.
 _SIZES = ('"partition", "offset", length("body") + length("headers") + length("id") '
           '+ coalesce(length("key"), 0) + length("content_type") AS size')
-T = TypeVar("T")
-
-
-def within(items: Iterable[T], size: Callable[[T], int], cap: int) -> list[T]:
-    """The longest prefix of ``items`` weighing at most ``cap`` in all, and never less than the
-    first item: a message larger than the cap still goes, alone. Stops reading ``items`` there."""
-    kept: list[T] = []
-    total = 0
-    for item in items:
-        total += size(item)
-        if kept and total > cap:
-            break
-        kept.append(item)
-    return kept
-
-
 @functools.lru_cache(maxsize=2 * _OR_CHUNK)
 def _window_sql(terms: int, columns: str) -> Any:
     """``SELECT`` of several [start, end) offset windows. Built as text because building the same
@@ -103,8 +91,9 @@ def _subscriber(row: Any) -> Subscriber:
 class GroupStore:
     """SQL access for subscribers, assignments and group offsets."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, assign: AssignPolicy) -> None:
         self.store = store
+        self._assign = assign
         self.engine = store.engine
         self.lock = threading.RLock()
         # Topics whose committed offsets changed since the lag gauge last looked.
@@ -121,6 +110,12 @@ class GroupStore:
         with self.engine.connect() as conn:
             row = conn.execute(select(subscribers).where(subscribers.c.id == sid)).first()
         return None if row is None else _subscriber(row)
+
+    def topic_of(self, sid: str) -> str | None:
+        """The topic of subscriber ``sid``, or None when there is no such subscriber."""
+        with self.engine.connect() as conn:
+            topic = conn.execute(select(subscribers.c.topic).where(subscribers.c.id == sid)).scalar()
+        return None if topic is None else str(topic)
 
     def members(self, topic: str, group: str) -> list[Subscriber]:
         query = (select(subscribers).where(subscribers.c.topic == topic, subscribers.c.group_name == group)
@@ -245,7 +240,7 @@ class GroupStore:
                 subscribers.c.lease_until_ms >= at))]
             current = {p: s for p, s in conn.execute(
                 select(assignments.c.partition, assignments.c.subscriber_id).where(*where))}
-            new = assign(partition_count, live, current)
+            new = self._assign(partition_count, live, current)
             moved = [p for p, s in current.items() if new.get(p) != s]
             if moved:
                 conn.execute(delete(assignments).where(*where, assignments.c.partition.in_(moved)))
@@ -329,7 +324,7 @@ class GroupStore:
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, topic: str, starts: dict[int, int], limit: int,
-             ends: dict[int, int] | None = None, max_bytes: int | None = None) -> list[Any]:
+             ends: dict[int, int] | None = None, max_bytes: int | None = None) -> list[MessageRow]:
         """Rows after ``starts`` (partition -> offset), at most ``limit``, in offset order per partition.
 
         Offsets are dense, so each partition is read as the window [start, start + k): one indexed
