@@ -27,7 +27,8 @@ from bench.common import own_peak_rss_mb, report, write_results
 from broker import config
 from broker.appender import Appender
 from broker.envelope import NewMessage
-from broker.store.sql import Store, open_engine
+from broker.store import Store
+from broker.store.journal import JournalStore
 from journal_spark.schema import with_header_map
 
 TOPICS = {"orders": 16, "audit": 4}
@@ -89,8 +90,8 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
     """Drain the store into Parquet; returns (wall seconds, seconds spent in micro-batches)."""
     from journal_spark.parquet import ParquetSink
 
-    engine = open_engine(settings.effective_database_url, pooled=False)
-    sink = ParquetSink(settings.effective_journal_dir, checkpoint / "parquet.sink", engine)
+    journal = JournalStore(settings.effective_database_url, pooled=False)
+    sink = ParquetSink(settings.effective_journal_dir, checkpoint / "parquet.sink", journal)
     started = time.perf_counter()
     query = (spark.readStream.format("toymb").option("url", settings.effective_database_url)
              .option("max_rows", str(settings.journal_max_rows)).option("start", "earliest")
@@ -107,7 +108,7 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
             print("journal batch", p["batchId"], p["numInputRows"], p["durationMs"])
     # recentProgress keeps the last 100 batches; the bench's runs have fewer.
     batches = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-    engine.dispose()
+    journal.dispose()
     return elapsed, batches
 
 
@@ -122,10 +123,10 @@ def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int]:
 
     from journal_spark.source import read_end_offsets, read_ranges
 
-    engine = open_engine(url, pooled=False)
-    ranges = [(t, p, 0, n) for t, ends in read_end_offsets(engine).items() for p, n in enumerate(ends) if n]
-    table = pa.Table.from_batches(list(read_ranges(engine, ranges)))
-    engine.dispose()
+    journal = JournalStore(url, pooled=False)
+    ranges = [(t, p, 0, n) for t, ends in read_end_offsets(journal).items() for p, n in enumerate(ends) if n]
+    table = pa.Table.from_batches(list(read_ranges(journal, ranges)))
+    journal.dispose()
 
     def write(df: Any, where: Path) -> None:
         (df.withColumn("date", F.date_format(F.timestamp_millis(F.col("timestamp")), "yyyy-MM-dd"))
@@ -178,7 +179,7 @@ def _lag(root: Path, rate: int, seconds: float) -> dict[str, Any]:
     runner.start()
     appender = Appender(store)
     appender.start()
-    engine = open_engine(settings.effective_database_url, pooled=False)
+    journal = JournalStore(settings.effective_database_url, pooled=False)
     # Let the job start Spark before measuring; its first batch journals nothing.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (data / "checkpoints" / "parquet" / "offsets").is_dir():
@@ -193,18 +194,18 @@ def _lag(root: Path, rate: int, seconds: float) -> dict[str, Any]:
             appender.append(topic, _messages(published, due))
             published += due
         if now >= next_sample:
-            samples.append((now - start, sum(journal_lag(engine).values())))
+            samples.append((now - start, sum(journal_lag(journal).values())))
             next_sample += 0.5
         time.sleep(tick)
     drain_start = time.monotonic()
-    while sum(journal_lag(engine).values()) > 0 and time.monotonic() - drain_start < 120:
-        samples.append((time.monotonic() - start, sum(journal_lag(engine).values())))
+    while sum(journal_lag(journal).values()) > 0 and time.monotonic() - drain_start < 120:
+        samples.append((time.monotonic() - start, sum(journal_lag(journal).values())))
         time.sleep(0.25)
     drained_s = time.monotonic() - drain_start
     appender.stop()
     stop.set()
     runner.join(timeout=60)
-    engine.dispose()
+    journal.dispose()
     store.dispose()
     steady = [lag for t, lag in samples if t <= seconds]
     ordered = sorted(steady) or [0]

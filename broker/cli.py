@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 import click
 
-from . import config as config_module
+from .config import load_settings
 from .errors import ConfigError
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def load_settings(config_file: str | None, **overrides: Any) -> config_module.Settings:
-    try:
-        return config_module.load(config_file, overrides=overrides)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+from .logs import setup_logging
 
 
 @click.group()

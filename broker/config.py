@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import click
+
 from .errors import ConfigError
 
 # Variables read by other programs of the distribution (driver, tests), not by a node.
@@ -248,6 +250,18 @@ def load(
         apply(setting, raw, f"--{attr.replace('_', '-')}")
     _validate(values)
     return Settings(**values)
+
+
+def load_settings(config_file: str | None, **overrides: Any) -> Settings:
+    """:func:`load` for a command line: the properties file and the flags given (None: not given).
+
+    Raises:
+        click.ClickException: the settings are invalid (a :class:`~broker.errors.ConfigError`'s message).
+    """
+    try:
+        return load(config_file, overrides=overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _validate(values: dict[str, Any]) -> None:

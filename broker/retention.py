@@ -22,9 +22,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
-from sqlalchemy import delete, func, select
 
-from .store.schema import group_offsets, journal_offsets, messages, subscribers
+from .store.journal import JournalStore
 
 if TYPE_CHECKING:
     from .node import Node
@@ -87,43 +86,18 @@ class Retention:
 
     def limits(self, topic: str, partition_count: int) -> dict[int, int]:
         """Per partition, the first offset that must be kept because of (a) and (b)."""
-        engine = self.node.store.engine
-        with engine.connect() as conn:
-            journaled = {p: n for p, n in conn.execute(
-                select(journal_offsets.c.partition, journal_offsets.c.next_offset)
-                .where(journal_offsets.c.topic == topic))}
-            committed: dict[str, dict[int, int]] = {}
-            for group, p, n in conn.execute(
-                    select(group_offsets.c.group_name, group_offsets.c.partition, group_offsets.c.next_offset)
-                    .where(group_offsets.c.topic == topic)):
-                committed.setdefault(group, {})[p] = n
-            for (group,) in conn.execute(select(subscribers.c.group_name).distinct()
-                                         .where(subscribers.c.topic == topic)):
-                committed.setdefault(group, {})
-        limits = {}
-        for p in range(partition_count):
-            limit = journaled.get(p, 0)
-            for offsets in committed.values():
-                limit = min(limit, offsets.get(p, 0))
-            if limit > 0:
-                limits[p] = limit
-        return limits
+        return JournalStore.of(self.node.store).retention_limits(topic, partition_count)
 
     def _delete(self, topic: str, partition: int, limit: int, cutoff: int) -> int:
-        engine = self.node.store.engine
-        where = (messages.c.topic == topic, messages.c.partition == partition)
-        with engine.connect() as conn:
-            low = conn.execute(select(func.min(messages.c.offset)).where(*where)).scalar()
+        journal = JournalStore.of(self.node.store)
+        low = journal.lowest_offset(topic, partition)
         if low is None:
             return 0
         deleted = 0
         while low < limit and not self._stop.is_set():
             high = min(limit, low + self.batch)
-            with engine.begin() as conn:
-                count = conn.execute(delete(messages).where(
-                    *where, messages.c.offset >= low, messages.c.offset < high,
-                    messages.c.timestamp < cutoff)).rowcount
-            deleted += int(count or 0)
+            count = journal.delete_expired(topic, partition, low, high, cutoff)
+            deleted += count
             if count < high - low:
                 break  # reached rows still too young (the rest is younger still, mostly)
             low = high

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from broker.cli import load_settings, setup_logging
+from broker.config import load_settings
+from broker.logs import setup_logging
 
 from .errors import JournalError
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker.config import Settings
-from broker.store.sql import Store, open_engine
+from broker.store import Store
+from broker.store.journal import JournalStore
 
 from .errors import JavaMissing, JournalFailed
 from .metrics import JournalMetrics
@@ -111,7 +112,7 @@ def _quiet(spark: Any, logger: str) -> None:
         log.debug("cannot quiet %s", logger)
 
 
-def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMetrics) -> list[Sink]:
+def build_sinks(settings: Settings, spark: Any, store: JournalStore | None, metrics: JournalMetrics) -> list[Sink]:
     """The Parquet journal, then the bridge sinks a routes file asks for."""
     from .parquet import ParquetSink
 
@@ -121,7 +122,7 @@ def build_sinks(settings: Settings, spark: Any, engine: Any, metrics: JournalMet
             metrics.batches.labels("parquet", "skipped_rerun").inc()
 
     checkpoints = Path(settings.effective_checkpoint_dir)
-    sinks: list[Sink] = [ParquetSink(settings.effective_journal_dir, checkpoints / "parquet.sink", engine,
+    sinks: list[Sink] = [ParquetSink(settings.effective_journal_dir, checkpoints / "parquet.sink", store,
                                      on_batch=on_batch)]
     if settings.routes:
         # Bridges (Kafka, JMS) live in journal_spark.bridges; their telemetry joins our registry.
@@ -179,8 +180,8 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     store = Store(settings.effective_database_url)
     store.create_schema()   # the journal may start before any node has created the tables
     store.dispose()
-    engine = open_engine(settings.effective_database_url, pooled=False)
-    metrics = JournalMetrics(engine)
+    journal = JournalStore(settings.effective_database_url, pooled=False)
+    metrics = JournalMetrics(journal)
     port = metrics.serve(settings.host, settings.journal_metrics_port)
     if port:
         log.info("journal metrics on http://%s:%d/metrics", settings.host, port)
@@ -198,7 +199,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
     try:
-        sinks = build_sinks(settings, spark, engine, metrics)
+        sinks = build_sinks(settings, spark, journal, metrics)
         for sink in sinks:
             queries.append(start_query(spark, settings, sink, metrics, once=once))
         log.info("journaling %s into %s (checkpoints %s, %s)", store.dialect, settings.effective_journal_dir,
@@ -237,7 +238,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     finally:
         _shutdown(queries, spark)
         metrics.close()
-        engine.dispose()
+        journal.dispose()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

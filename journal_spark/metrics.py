@@ -14,33 +14,33 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine
 
-from .parquet import journaled_offsets
+from broker.store.journal import JournalStore
+
 from .source import read_end_offsets
 
 log = logging.getLogger(__name__)
 
 
-def journal_lag(engine: Engine) -> dict[str, int]:
+def journal_lag(store: JournalStore) -> dict[str, int]:
     """Messages stored but not yet journaled, per topic."""
-    journaled = journaled_offsets(engine)
+    journaled = store.journaled_offsets()
     lag: dict[str, int] = {}
-    for topic, ends in read_end_offsets(engine).items():
+    for topic, ends in read_end_offsets(store).items():
         lag[topic] = sum(max(0, end - journaled.get((topic, p), 0)) for p, end in enumerate(ends))
     return lag
 
 
 class LagCollector(Collector):
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, store: JournalStore) -> None:
+        self.store = store
 
     def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily("toymb_journal_lag", "Messages stored but not yet in the Parquet journal",
                                    labels=["topic"])
         total = GaugeMetricFamily("toymb_journal_lag_total", "Journal lag over all topics")
         try:
-            lag = journal_lag(self.engine)
+            lag = journal_lag(self.store)
         except Exception as exc:  # noqa: BLE001 - a scrape must not fail because the store is down
             log.warning("cannot compute the journal lag: %s", exc)
             return
@@ -54,7 +54,7 @@ class LagCollector(Collector):
 class JournalMetrics:
     """Counters updated by the sinks, and the lag gauge; one registry per job."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    def __init__(self, store: JournalStore | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.rows = Counter("toymb_journal_rows", "Rows written to the Parquet journal", registry=r)
@@ -63,8 +63,8 @@ class JournalMetrics:
         self.batch_seconds = Histogram("toymb_journal_batch_seconds", "Time to make one micro-batch durable",
                                        ["sink"], registry=r,
                                        buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
-        if engine is not None:
-            r.register(LagCollector(engine))
+        if store is not None:
+            r.register(LagCollector(store))
         self._server: Any = None
 
     def serve(self, host: str, port: int) -> int:

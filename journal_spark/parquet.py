@@ -33,9 +33,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from sqlalchemy import Engine, case, select
 
-from broker.store.schema import journal_offsets
+from broker.store.journal import JournalStore
 
 log = logging.getLogger(__name__)
 
@@ -52,42 +51,17 @@ def write_atomically(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def record_journaled(engine: Engine, offsets: Mapping[str, Mapping[str, int]]) -> None:
-    """Move ``toymb_journal_offsets`` forward to ``offsets`` ({topic: {partition: next}}), never back."""
-    rows = [{"topic": t, "partition": int(p), "next_offset": int(n)}
-            for t, parts in offsets.items() for p, n in parts.items()]
-    if not rows:
-        return
-    if engine.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-    stmt = insert(journal_offsets)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["topic", "partition"],
-        set_={"next_offset": case((stmt.excluded.next_offset > journal_offsets.c.next_offset,
-                                   stmt.excluded.next_offset), else_=journal_offsets.c.next_offset)})
-    with engine.begin() as conn:
-        conn.execute(stmt, rows)
-
-
-def journaled_offsets(engine: Engine) -> dict[tuple[str, int], int]:
-    query = select(journal_offsets.c.topic, journal_offsets.c.partition, journal_offsets.c.next_offset)
-    with engine.connect() as conn:
-        return {(t, int(p)): int(n) for t, p, n in conn.execute(query)}
-
-
 class ParquetSink:
     """Writes micro-batches to the Parquet journal, exactly once per batch id."""
 
     name = "parquet"
     start = "journaled"   # a fresh checkpoint resumes where the journal already is
 
-    def __init__(self, journal_dir: str | Path, state_dir: str | Path, engine: Engine | None,
+    def __init__(self, journal_dir: str | Path, state_dir: str | Path, store: JournalStore | None,
                  on_batch: Callable[[int, int, bool], None] | None = None) -> None:
         self.journal = Path(journal_dir).resolve()
         self.state = Path(state_dir).resolve()
-        self.engine = engine
+        self.store = store
         self.on_batch = on_batch
         for folder in (self.journal / "_staging", self.state / "pending", self.state / "commits"):
             folder.mkdir(parents=True, exist_ok=True)
@@ -186,8 +160,10 @@ class ParquetSink:
                     batch_id, removed)
 
     def _record(self, offsets: Mapping[str, Mapping[str, int]]) -> None:
-        if self.engine is not None:
-            record_journaled(self.engine, offsets)
+        """Record a manifest's offsets ({topic: {partition as text: next}}) in the store, if any."""
+        if self.store is not None:
+            self.store.record_journaled({(t, int(p)): int(n) for t, parts in offsets.items()
+                                         for p, n in parts.items()})
 
     def _prune(self, batch_id: int) -> None:
         for folder in ("commits", "pending"):

@@ -33,19 +33,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
-from sqlalchemy import Engine, select
 
-from broker.store.schema import journal_offsets, partitions
-from broker.store.sql import open_engine
+from broker.store.journal import PAGE_ROWS, JournalStore, Range
 
 from .schema import ARROW_SCHEMA, SOURCE_SCHEMA
 
 Offsets = dict[str, list[int]]
-# One contiguous run of offsets: (topic, partition, from offset, to offset exclusive).
-Range = tuple[str, int, int, int]
 
 FORMAT = "toymb"
-PAGE_ROWS = 5000          # rows fetched by one SQL query and sent as one Arrow batch
 MIN_TASK_ROWS = 5000      # a micro-batch smaller than this is one Spark task
 
 
@@ -57,21 +52,13 @@ class RangesPartition(InputPartition):
         self.ranges = ranges
 
 
-def read_end_offsets(engine: Engine, topics: frozenset[str] | None = None) -> Offsets:
+def read_end_offsets(store: JournalStore, topics: frozenset[str] | None = None) -> Offsets:
     """Next offset to be written, per topic-partition, as source offsets."""
-    query = select(partitions.c.topic, partitions.c.partition, partitions.c.next_offset)
     found: dict[str, dict[int, int]] = {}
-    with engine.connect() as conn:
-        for topic, partition, nxt in conn.execute(query):
-            if topics is None or topic in topics:
-                found.setdefault(topic, {})[int(partition)] = int(nxt)
+    for (topic, partition), nxt in store.end_offsets().items():
+        if topics is None or topic in topics:
+            found.setdefault(topic, {})[partition] = nxt
     return {t: [parts.get(p, 0) for p in range(max(parts) + 1)] for t, parts in sorted(found.items())}
-
-
-def read_journaled_offsets(engine: Engine) -> dict[tuple[str, int], int]:
-    query = select(journal_offsets.c.topic, journal_offsets.c.partition, journal_offsets.c.next_offset)
-    with engine.connect() as conn:
-        return {(t, int(p)): int(n) for t, p, n in conn.execute(query)}
 
 
 def advance(start: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
@@ -136,34 +123,15 @@ def plan_ranges(start: Offsets, end: Offsets, tasks: int) -> list[list[Range]]:
     return groups
 
 
-_SELECT = ('SELECT id, topic, "partition", "offset", "key", headers, "timestamp", content_type, body '
-           'FROM toymb_messages WHERE topic = {p} AND "partition" = {p} '
-           'AND "offset" >= {p} AND "offset" < {p} ORDER BY "offset"')
-
-
-def read_ranges(engine: Engine, ranges: Sequence[Range],
+def read_ranges(store: JournalStore, ranges: Sequence[Range],
                 page_rows: int = PAGE_ROWS) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the messages in ``ranges``, one SQL query per page of at most ``page_rows``.
 
-    This is the journal's hot loop, so it goes through the DB-API cursor (not SQLAlchemy rows) and
-    builds each Arrow column from the fetched tuples in C; no Python code runs per row.
+    This is the journal's hot loop: the store fetches raw DB-API tuples and each Arrow column is
+    built from them in C; no Python code runs per row.
     """
-    marker = "?" if engine.dialect.paramstyle == "qmark" else "%s"
-    sql = _SELECT.format(p=marker)
-    with engine.connect() as conn:
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        try:
-            for topic, partition, lo, hi in ranges:
-                position = lo
-                while position < hi:
-                    upper = min(hi, position + page_rows)
-                    cursor.execute(sql, (topic, partition, position, upper))
-                    rows = cursor.fetchall()
-                    position = upper
-                    if rows:
-                        yield _to_arrow(rows)
-        finally:
-            cursor.close()
+    for rows in store.read_ranges(ranges, page_rows):
+        yield _to_arrow(rows)
 
 
 def _to_arrow(rows: Sequence[Any]) -> pa.RecordBatch:
@@ -187,22 +155,23 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         listed = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
         self.topics = frozenset(listed) if listed else None
         self.parallelism = max(1, int(options.get("parallelism", "2")))
-        self._engine: Engine | None = None
+        self._store: JournalStore | None = None
         self._target: Offsets | None = None
 
     @property
-    def engine(self) -> Engine:
-        if self._engine is None:
-            self._engine = open_engine(self.url, pooled=False)
-        return self._engine
+    def store(self) -> JournalStore:
+        """The store, opened (unpooled) on first use, so a reader Spark has not used yet holds no engine."""
+        if self._store is None:
+            self._store = JournalStore(self.url, pooled=False)
+        return self._store
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - the name Spark calls
         if self.start_mode == "latest":
-            return read_end_offsets(self.engine, self.topics)
+            return read_end_offsets(self.store, self.topics)
         if self.start_mode == "earliest":
             return {}
         offsets: Offsets = {}
-        for (topic, p), nxt in sorted(read_journaled_offsets(self.engine).items()):
+        for (topic, p), nxt in sorted(self.store.journaled_offsets().items()):
             if self.topics is not None and topic not in self.topics:
                 continue
             row = offsets.setdefault(topic, [])
@@ -214,7 +183,7 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.max_rows)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - the name Spark calls
-        ends = self._target if self._target is not None else read_end_offsets(self.engine, self.topics)
+        ends = self._target if self._target is not None else read_end_offsets(self.store, self.topics)
         if isinstance(limit, ReadMaxRows):
             bound: int | None = limit.max_rows
         elif isinstance(limit, ReadAllAvailable) and self._target is None:
@@ -225,29 +194,29 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return advance(start, ends, bound)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - the name Spark calls
-        return read_end_offsets(self.engine, self.topics)
+        return read_end_offsets(self.store, self.topics)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - the name Spark calls
-        self._target = read_end_offsets(self.engine, self.topics)
+        self._target = read_end_offsets(self.store, self.topics)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return [RangesPartition(group) for group in plan_ranges(start, end, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangesPartition)
-        engine = open_engine(self.url, pooled=False)
+        store = JournalStore(self.url, pooled=False)
         try:
-            yield from read_ranges(engine, partition.ranges)
+            yield from read_ranges(store, partition.ranges)
         finally:
-            engine.dispose()
+            store.dispose()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: sinks record what they made durable themselves."""
 
     def stop(self) -> None:
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        if self._store is not None:
+            self._store.dispose()
+            self._store = None
 
 
 class StoreDataSource(DataSource):

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from broker.store.journal import JournalStore
 from broker.store.sql import Store
 from journal_spark.metrics import journal_lag
-from journal_spark.parquet import journaled_offsets
 from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
 from tests.support import free_port, wait_until
@@ -114,10 +114,10 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
     assert final.proc.returncode == 0, (data / "journal-job.log").read_text()[-3000:]
 
     assert_journal_matches(data / "journal", store)
-    ends = read_end_offsets(store.engine)
-    assert journaled_offsets(store.engine) == {(t, p): n for t, parts in ends.items()
-                                               for p, n in enumerate(parts)}
-    assert journal_lag(store.engine) == {"audit": 0, "orders": 0}
+    journal = JournalStore.of(store)
+    ends = read_end_offsets(journal)
+    assert journal.journaled_offsets() == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
+    assert journal_lag(journal) == {"audit": 0, "orders": 0}
     assert not any(pending.glob("*.json")) and not any(staging.iterdir())
     print(f"seed {seed}: killed mid-batch at {where}")
     Store.dispose(store)

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from broker.store.sql import open_engine
-from journal_spark.parquet import ParquetSink, journaled_offsets
+from broker.store.journal import JournalStore
+from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
 from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
@@ -17,8 +17,8 @@ from tests.journal.conftest import assert_journal_matches, fill_store
 
 def test_journal_over_postgresql(spark: Any, pg_url: str, tmp_path: Path) -> None:
     store = fill_store(pg_url, {"orders": (5, 2500), "audit": (2, 500)})
-    engine = open_engine(pg_url, pooled=False)
-    sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", engine)
+    journal = JournalStore(pg_url, pooled=False)
+    sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", journal)
     query = (spark.readStream.format("toymb").option("url", pg_url).option("max_rows", "1000").load()
              .transform(with_header_map).writeStream
              .option("checkpointLocation", str(tmp_path / "ck" / "parquet"))
@@ -27,9 +27,9 @@ def test_journal_over_postgresql(spark: Any, pg_url: str, tmp_path: Path) -> Non
     assert not query.isActive and query.exception() is None, query.exception()
     assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3
     assert_journal_matches(tmp_path / "journal", store)
-    ends = read_end_offsets(store.engine)
-    assert journaled_offsets(engine) == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
-    engine.dispose()
+    ends = read_end_offsets(JournalStore.of(store))
+    assert journal.journaled_offsets() == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
+    journal.dispose()
     store.dispose()
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import requests
 from sqlalchemy import select
 
+from broker.store.journal import JournalStore
 from broker.store.schema import journal_offsets, messages
 from broker.store.sql import Store
-from journal_spark.parquet import record_journaled
 from tests.support import NodeProcess, wait_until
 
 HOUR_MS = 3_600_000
@@ -77,8 +77,8 @@ def test_retention_keeps_unjournaled_unconsumed_and_young_messages(tmp_path: Pat
                                        timeout=10)
                 assert commit.status_code == 200, commit.text
         # What the journal job records after committing batches to Parquet.
-        record_journaled(store.engine, {t: {str(p): n for p, n in parts.items()}
-                                        for t, parts in journaled.items()})
+        JournalStore.of(store).record_journaled({(t, p): n for t, parts in journaled.items()
+                                                 for p, n in parts.items()})
 
         def expected(topic: str) -> dict[int, set[int]]:
             keep: dict[int, set[int]] = {}

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from broker.store.sql import open_engine
+from broker.store.journal import JournalStore
 from journal_spark.errors import JavaMissing
 from journal_spark.job import check_java
-from journal_spark.parquet import ParquetSink, journaled_offsets
+from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
 from journal_spark.source import advance, plan_ranges, read_end_offsets, read_ranges
 from tests.journal.conftest import assert_journal_matches, fill_store, journal_rows
@@ -85,7 +85,7 @@ def test_micro_batches_are_bounded_and_complete(spark: Any, tmp_path: Path) -> N
     for topic, partition, offset in coordinates:
         assert offset > last.get((topic, partition), -1)
         last[(topic, partition)] = offset
-    assert read_end_offsets(store.engine) == {"audit": [300], "orders": [sum(1 for t, p, _ in coordinates
+    assert read_end_offsets(JournalStore.of(store)) == {"audit": [300], "orders": [sum(1 for t, p, _ in coordinates
                                                                             if t == "orders" and p == q)
                                                                         for q in range(4)]}
 
@@ -93,11 +93,11 @@ def test_micro_batches_are_bounded_and_complete(spark: Any, tmp_path: Path) -> N
 def _batch_frame(spark: Any, url: str) -> Any:
     import pyarrow as pa
 
-    engine = open_engine(url, pooled=False)
-    ends = read_end_offsets(engine)
+    journal = JournalStore(url, pooled=False)
+    ends = read_end_offsets(journal)
     ranges = [(t, p, 0, n) for t, parts in ends.items() for p, n in enumerate(parts) if n]
-    table = pa.Table.from_batches(list(read_ranges(engine, ranges, page_rows=400)))
-    engine.dispose()
+    table = pa.Table.from_batches(list(read_ranges(journal, ranges, page_rows=400)))
+    journal.dispose()
     return with_header_map(spark.createDataFrame(table))
 
 
@@ -110,17 +110,17 @@ def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
     store = fill_store(url, {"orders": (3, 1200), "audit": (2, 300)})
     frame = _batch_frame(spark, url)
     journal = tmp_path / "journal"
-    sink = ParquetSink(journal, tmp_path / "ck" / "parquet.sink", store.engine)
+    sink = ParquetSink(journal, tmp_path / "ck" / "parquet.sink", JournalStore.of(store))
     sink.write_batch(frame, 0)
     first = _listing(journal)
     assert first and all(name.startswith(("topic=orders/date=", "topic=audit/date=")) for name in first)
     # Spark re-runs batch 0 after a crash that hit after our commit: nothing changes on disk.
-    ParquetSink(journal, tmp_path / "ck" / "parquet.sink", store.engine).write_batch(frame, 0)
+    ParquetSink(journal, tmp_path / "ck" / "parquet.sink", JournalStore.of(store)).write_batch(frame, 0)
     assert _listing(journal) == first
     assert_journal_matches(journal, store)
-    ends = read_end_offsets(store.engine)
-    assert journaled_offsets(store.engine) == {(t, p): n for t, parts in ends.items()
-                                               for p, n in enumerate(parts) if n}
+    ends = read_end_offsets(JournalStore.of(store))
+    assert JournalStore.of(store).journaled_offsets() == {(t, p): n for t, parts in ends.items()
+                                                          for p, n in enumerate(parts) if n}
 
 
 def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_path: Path,
@@ -140,14 +140,14 @@ def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_pat
 
     monkeypatch.setattr(os, "replace", crash_after_two_moves)
     with pytest.raises(KeyboardInterrupt):
-        ParquetSink(journal, state, store.engine).write_batch(frame, 5)
+        ParquetSink(journal, state, JournalStore.of(store)).write_batch(frame, 5)
     monkeypatch.setattr(os, "replace", real_replace)
     partial = journal_rows(journal)
     assert 0 < len(partial) < 1320, "the crash should leave a partly published batch"
     assert list((state / "pending").glob("*.json")) and not list((state / "commits").glob("*.json"))
-    assert journaled_offsets(store.engine) == {}, "offsets are recorded only after the commit"
+    assert JournalStore.of(store).journaled_offsets() == {}, "offsets are recorded only after the commit"
 
-    ParquetSink(journal, state, store.engine).write_batch(frame, 5)   # Spark's re-run of batch 5
+    ParquetSink(journal, state, JournalStore.of(store)).write_batch(frame, 5)   # Spark's re-run of batch 5
     assert_journal_matches(journal, store)
     assert not list((state / "pending").glob("*.json"))
     manifest = json.loads(next((state / "commits").glob("*.json")).read_text())
