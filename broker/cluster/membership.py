@@ -21,44 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from sqlalchemy import Connection, select, text
-from sqlalchemy.exc import IntegrityError
 
-from ..store.schema import nodes
+from ..store.cluster import ClusterStore, LastBeat, NodeRow
 from .forward import CLUSTER_TOKEN_HEADER
 from .ownership import Member
 
 log = logging.getLogger(__name__)
 
 MAX_NODES = 1000  # rows read per reload; far more than any cluster this broker is meant for
-
-_NOW_SQL = {
-    "postgresql": "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
-    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-}
-
-
-def db_now_ms(conn: Connection) -> int:
-    """The database server's clock in ms since the epoch (the one clock every node shares)."""
-    sql = _NOW_SQL.get(conn.dialect.name)
-    if sql is None:
-        return int(time.time() * 1000)
-    return int(conn.execute(text(sql)).scalar_one())
-
-
-@dataclass(frozen=True)
-class NodeRow:
-    id: str
-    name: str
-    url: str
-    heartbeat_ms: int
-    started_ms: int
-    alive: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "url": self.url, "alive": self.alive,
-                "last_heartbeat": self.heartbeat_ms, "started": self.started_ms}
-
 
 @dataclass(frozen=True)
 class View:
@@ -83,7 +53,7 @@ class Membership:
     def __init__(self, node: Any, on_view: Callable[[View, View, bool], None]) -> None:
         self.node = node
         self.settings = node.settings
-        self.engine = node.store.engine
+        self.cluster_store = ClusterStore(node.store)  # to be built by the app factory
         self.me = Member(node.name, node.id)
         self.interval = self.settings.heartbeat_ms / 1000.0
         self.lease = self.settings.node_lease_ms / 1000.0
@@ -124,8 +94,7 @@ class Membership:
             self._thread = None
         self._lease_deadline = 0.0
         try:
-            with self.engine.begin() as conn:
-                conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(heartbeat_ms=0))
+            self.cluster_store.mark_gone(self.me.id)
         except Exception as exc:  # noqa: BLE001 - the lease expires by itself anyway
             log.info("could not mark %s as stopped: %s", self.me.name, exc)
 
@@ -175,39 +144,24 @@ class Membership:
         self._on_view(previous, view, was_lapsed)
 
     def _beat(self) -> None:
-        with self.engine.begin() as conn:
-            now = db_now_ms(conn)
-            values: dict[str, Any] = {"name": self.me.name, "url": self.node.url, "heartbeat_ms": now}
-            if not self._registered:
-                self._warn_if_name_taken(conn, now)
-                values["started_ms"] = self._started_ms
-            if conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values)).rowcount == 1:
-                self._registered = True
-                return
-            values.pop("started_ms", None)
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(nodes.insert().values(id=self.me.id, started_ms=self._started_ms, **values))
+        beat = self.cluster_store.beat(self.me.id, self.me.name, self.node.url, self._started_ms,
+                                       register=not self._registered)
+        if not self._registered:
+            self._warn_if_name_taken(beat.previous, beat.now_ms)
+        if beat.outcome == "inserted":
             log.info("node %s registered as %s at %s", self.me.name, self.me.id, self.node.url)
+        if beat.outcome != "raced":  # after a race, the next heartbeat registers again
             self._registered = True
-        except IntegrityError:  # registered concurrently (a second process with our name?)
-            with self.engine.begin() as conn:
-                conn.execute(nodes.update().where(nodes.c.id == self.me.id).values(**values))
 
-    def _warn_if_name_taken(self, conn: Connection, now: int) -> None:
-        row = conn.execute(select(nodes.c.url, nodes.c.heartbeat_ms).where(nodes.c.id == self.me.id)).first()
+    def _warn_if_name_taken(self, row: LastBeat | None, now: int) -> None:
         fresh = row is not None and row.heartbeat_ms >= now - self.settings.node_lease_ms
         if row is not None and fresh and row.url != self.node.url:
             log.error("node name %s is also used by a live node at %s: every node needs its own name "
                       "(TOYMB_NODE_NAME), or the two will fight over the same topics", self.me.name, row.url)
 
     def _load(self) -> View:
-        lease_ms = self.settings.node_lease_ms
-        with self.engine.connect() as conn:
-            now = db_now_ms(conn)
-            result = conn.execute(select(nodes).order_by(nodes.c.heartbeat_ms.desc()).limit(MAX_NODES))
-            rows = tuple(NodeRow(r.id, r.name, r.url, int(r.heartbeat_ms), int(r.started_ms),
-                                 int(r.heartbeat_ms) >= now - lease_ms) for r in result)
+        table = self.cluster_store.read_nodes(self.settings.node_lease_ms, MAX_NODES)
+        now, rows = table.now_ms, table.rows
         live = tuple(sorted((Member(r.name, r.id) for r in rows if r.alive), key=lambda m: m.name))
         if self.me not in live:  # we just heartbeat: only a clock oddity could hide us
             live = tuple(sorted((*live, self.me), key=lambda m: m.name))

@@ -9,10 +9,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from flask import Response
-from sqlalchemy import select
 
 from ..errors import NotOwner, Unavailable
-from ..store.schema import topics
+from ..store.cluster import ClusterStore
 from . import ownership
 from .forward import Forwarder, is_forwarded
 from .ownership import Member
@@ -34,6 +33,7 @@ class Router:
 
     def __init__(self, node: Any) -> None:
         self.node = node
+        self.cluster_store = ClusterStore(node.store)  # to be built by the app factory
         self.me = Member(node.name, node.id)
         self.dlq_suffix: str = node.settings.dlq_suffix
         self.forwarder = Forwarder(node.settings, node.metrics, node.name, node.long_polls)
@@ -115,9 +115,7 @@ class Router:
         """Recount owned topics; release claims, drop cached offsets and notify on gains/losses."""
         with self._scan_lock:
             self._last_scan = time.monotonic()
-            with self.node.store.engine.connect() as conn:
-                names = [r[0] for r in conn.execute(select(topics.c.name).order_by(topics.c.name)
-                                                    .limit(MAX_SCAN_TOPICS))]
+            names = self.cluster_store.topic_names(MAX_SCAN_TOPICS)
             owned = frozenset(t for t in names if self._owner_in(t, self.membership.view) == self.me)
             before = frozenset() if lost_everything else self.owned
             gained, lost = set(owned - before), set(before - owned)
