@@ -9,9 +9,17 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from . import config as config_module
+from .api import ROUTES_EXTENSION, compat, health, json_object, openapi, topics
+from .api import node as node_of_app
+from .api.routes import Route, Routes
+from .cluster import api as cluster_api
 from .config import Settings
+from .delivery import api as delivery_api
+from .delivery import compat as delivery_compat
+from .delivery.api import check_subscriber_id
 from .errors import BrokerError
 from .node import Node
+from .publish import check_name
 from .store.errors import STORE_REFUSED_VALUE, STORE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -77,6 +85,21 @@ def register_error_handlers(app: Flask) -> None:
         return _error_response("internal_error", f"unexpected {type(exc).__name__}; see the node's log", 500)
 
 
+# Every endpoint of a node, in the order the OpenAPI document lists them.
+ROUTE_TABLES = (health.routes, openapi.routes, cluster_api.routes, topics.routes, delivery_api.routes,
+                compat.routes, delivery_compat.routes)
+
+
+def _request_topic(route: Route, path: dict[str, Any]) -> str:
+    """The topic a routed request is about, checked: from its path, its JSON body, or its subscriber."""
+    if route.topic == "path":
+        return check_name(path["topic"])
+    if route.topic == "body":
+        return check_name(json_object().get("topicName"))
+    delivery = node_of_app().extensions["delivery"]
+    return str(delivery.subscriber(check_subscriber_id(path["sid"])).topic)
+
+
 def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool = True) -> Flask:
     """Build a node's Flask app. ``settings`` may be :class:`Settings` or overrides for :func:`config.load`.
 
@@ -91,10 +114,10 @@ def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool
     node = Node(settings)
     app.extensions["toymb"] = node
 
-    from .api import compat, health, topics
-
-    for bp in (health.bp, topics.bp, compat.bp):
-        app.register_blueprint(bp)
+    routes = Routes(ROUTE_TABLES)
+    app.extensions[ROUTES_EXTENSION] = routes
+    for table in ROUTE_TABLES:
+        app.register_blueprint(table.blueprint(node.forward_if_remote, _request_topic))
     for installer in _installers():
         installer(app, node)
     register_error_handlers(app)

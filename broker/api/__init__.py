@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from flask import current_app, request
+from flask import current_app, g, request
 
 from ..envelope import strict_json
 from ..errors import BadRequest
 
 if TYPE_CHECKING:
     from ..node import Node
+    from .routes import Routes
+
+ROUTES_EXTENSION = "toymb.routes"
 
 
 def node() -> Node:
@@ -18,8 +21,25 @@ def node() -> Node:
     return cast("Node", current_app.extensions["toymb"])
 
 
+def node_routes() -> Routes:
+    """Every route of the current app (see :mod:`broker.api.routes`)."""
+    return cast("Routes", current_app.extensions[ROUTES_EXTENSION])
+
+
 def json_body(*, required: bool = True) -> Any:
-    """The request's JSON body, or BadRequest naming what is wrong with it (see ``strict_json``)."""
+    """The request's JSON body, or BadRequest naming what is wrong with it (see ``strict_json``).
+
+    Parsed once per request: forwarding may read a body's topic before the handler reads the rest.
+    """
+    if "toymb_json" in g:
+        return g.toymb_json
+    parsed = _parse_body(required=required)
+    if parsed is not None:
+        g.toymb_json = parsed
+    return parsed
+
+
+def _parse_body(*, required: bool) -> Any:
     raw = request.get_data(cache=True)
     if not raw:
         if required:

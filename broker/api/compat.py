@@ -2,45 +2,48 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Response
 
 from ..errors import BadRequest
 from ..publish import check_name
 from . import json_object, node
+from .docs import body, errors, ref, text_answer
+from .routes import PUBLISH, RouteTable
 
-bp = Blueprint("compat", __name__)
+routes = RouteTable("compat")
 
 
 def _text(value: str, status: int = 200) -> Response:
     return Response(value, status=status, mimetype="text/plain")
 
 
-@bp.post("/sendmessage")
+@routes.add("POST", "/sendmessage", role=PUBLISH, topic="body", forward=True,
+            summary="ToyMB-compatible publish", doc=lambda s: {
+                "requestBody": body(ref("CompatSend")),
+                "responses": {"200": text_answer("ack"), **errors("413", "422")}})
 def sendmessage() -> Response:
-    body = json_object()
-    topic = check_name(body.get("topicName"))
-    n = node()
-    forwarded = n.forward_if_remote(topic)
-    if forwarded is not None:
-        return forwarded[0]
-    message: dict[str, object] = {"key": body.get("key")}
-    if body.get("id") is not None:
-        message["id"] = body["id"]
-    raw = body.get("body")
+    fields = json_object()
+    topic = check_name(fields.get("topicName"))
+    message: dict[str, object] = {"key": fields.get("key")}
+    if fields.get("id") is not None:
+        message["id"] = fields["id"]
+    raw = fields.get("body")
     # ToyMB's driver sends the Jackson-serialised object as a string; keep it as text.
     if isinstance(raw, str):
         message.update(body=raw, content_type="text/plain")
     else:
         message["body"] = raw
-    n.publisher.publish(topic, message)
+    node().publisher.publish(topic, message)
     return _text("ack")
 
 
-@bp.post("/advertise")
+@routes.add("POST", "/advertise", role=PUBLISH, topic="body", summary="ToyMB-compatible topic creation",
+            doc=lambda s: {"requestBody": body(ref("CompatAdvertise")),
+                           "responses": {"200": text_answer("ack"), **errors()}})
 def advertise() -> Response:
-    body = json_object()
-    topic = check_name(body.get("topicName"))
-    partitions = body.get("partitions", node().settings.default_partitions)
+    fields = json_object()
+    topic = check_name(fields.get("topicName"))
+    partitions = fields.get("partitions", node().settings.default_partitions)
     limit = node().settings.max_partitions
     # Checked here too: re-advertising an existing topic acks without creating anything.
     if not isinstance(partitions, int) or isinstance(partitions, bool) or not 1 <= partitions <= limit:

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Response, jsonify
 
 from ..metrics import CONTENT_TYPE
 from . import node
+from .docs import errors, json_answer, obj, text_answer
+from .routes import ADMIN, OPEN, RouteTable
 
-bp = Blueprint("health", __name__)
+routes = RouteTable("health")
 
 
-@bp.get("/health")
+@routes.add("GET", "/health", role=OPEN, summary="Liveness", doc=lambda s: {"responses": {"200": json_answer(
+    obj({"status": {"type": "string", "enum": ["up"]}, "node": {"type": "string"}}, ("status", "node")))}})
 def health() -> Response:
     return jsonify(status="up", node=node().name)
 
 
-@bp.get("/ready")
+@routes.add("GET", "/ready", role=OPEN, summary="Readiness: store reachable and cluster joined",
+            doc=lambda s: {"responses": {
+                code: json_answer(obj({"status": {"type": "string", "enum": ["ready", "not_ready"]},
+                                       "node": {"type": "string"}, "store": {"type": "boolean"},
+                                       "joined": {"type": "boolean"}}, ("status", "node")), text)
+                for code, text in (("200", "Ready"), ("503", "Not ready"))}})
 def ready() -> tuple[Response, int]:
     n = node()
     store_ok = n.store.ping()
@@ -25,6 +33,7 @@ def ready() -> tuple[Response, int]:
                    joined=joined), status
 
 
-@bp.get("/metrics")
+@routes.add("GET", "/metrics", role=ADMIN, summary="Prometheus metrics",
+            doc=lambda s: {"responses": {"200": text_answer("Prometheus text format"), **errors()}})
 def metrics() -> Response:
     return Response(node().metrics.render(), mimetype=CONTENT_TYPE)

@@ -6,8 +6,9 @@
   ``forward_if_remote``; ``router.listeners`` hear ownership gains and losses);
 - ``node.appender.fence``: :class:`~broker.cluster.fencing.Fence`, the epoch check in every append;
 - a :class:`~broker.cluster.membership.Membership` service (registration, heartbeats, the live
-  set; ``ready`` once registered and loaded, which ``/ready`` waits for);
-- ``GET /v1/cluster``.
+  set; ``ready`` once registered and loaded, which ``/ready`` waits for).
+
+``GET /v1/cluster`` is in :mod:`broker.cluster.api`.
 
 A node alone on SQLite is a cluster of one: the same code runs, and it owns every topic.
 """
@@ -37,8 +38,6 @@ class Cluster:
 
 def install(app: Flask, node: Any) -> Cluster:
     """Make ``node`` a cluster member: router, fence, membership service and ``/v1/cluster``."""
-    from .api import bp
-
     router = Router(node)
     membership = Membership(node, router.on_view)
     router.membership = membership
@@ -49,5 +48,4 @@ def install(app: Flask, node: Any) -> Cluster:
     node.services.append(membership)
     cluster = Cluster(router, membership, fence)
     node.extensions["cluster"] = cluster
-    app.register_blueprint(bp)
     return cluster

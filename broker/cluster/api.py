@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Response, jsonify
 
 from ..api import node
+from ..api.docs import errors, json_answer, ref
+from ..api.routes import ANY, RouteTable
 
-bp = Blueprint("cluster", __name__, url_prefix="/v1/cluster")
+routes = RouteTable("cluster")
 
 
-@bp.get("")
+@routes.add("GET", "/v1/cluster", role=ANY, summary="The nodes of the cluster, and which answered",
+            doc=lambda s: {"responses": {"200": json_answer(ref("Cluster")), **errors()}})
 def cluster() -> Response:
     n = node()
     membership = n.extensions["cluster"].membership

@@ -119,12 +119,8 @@ class Delivery:
 
 def install(app: Flask, node: Node) -> None:
     """Add delivery's routes and services to ``node``."""
-    from . import api, compat
-
     delivery = Delivery(node)
     node.extensions[EXTENSION] = delivery
-    app.register_blueprint(api.bp)
-    app.register_blueprint(compat.bp)
     node.appender.listeners.append(delivery.dispatcher.on_commit)
     node.appender.listeners.append(delivery.fetcher.on_commit)
     node.appender.listeners.append(delivery.reaper.on_commit)

@@ -6,18 +6,20 @@ import re
 import uuid
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import jsonify, request
 
 from driver.names import SUBSCRIBER_ID_PATTERN, is_subscriber_id
 
 from ..api import json_object, node
+from ..api.docs import NONNEG, SID_SCHEMA, body, errors, json_answer, obj, ref
+from ..api.routes import CONSUME, RouteTable
 from ..envelope import render_row
 from ..errors import BadRequest, Conflict, LimitExceeded
 from ..publish import check_name
 from ..security import caller_may_publish
 from .push import check_http_url
 
-bp = Blueprint("delivery", __name__)
+routes = RouteTable("delivery")
 
 # ASCII digits only: int() would also take "٣", " 3" and "3_0", and raise on 5,000 digits.
 _DIGITS = re.compile(r"[0-9]{1,18}")
@@ -59,13 +61,12 @@ def _member(topic: str, group: str, sid: Any, mode: str) -> Any:
     return sub
 
 
-@bp.post("/v1/topics/<topic>/groups/<group>/subscribers")
+@routes.add("POST", "/v1/topics/<topic>/groups/<group>/subscribers", role=CONSUME, topic="path", forward=True,
+            summary="Register a push or pull subscriber", doc=lambda s: {
+                "requestBody": body(ref("Subscription")),
+                "responses": {"201": json_answer(ref("Subscribed"), "Registered"), **errors("404", "409")}})
 def register(topic: str, group: str) -> Any:
-    check_name(topic)
     check_name(group, "group")
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
     body = json_object()
     unknown = set(body) - _REGISTER_FIELDS
     if unknown:
@@ -91,37 +92,37 @@ def register(topic: str, group: str) -> Any:
                    lease_ms=node().settings.subscriber_lease_ms), 201
 
 
-@bp.delete("/v1/topics/<topic>/groups/<group>/subscribers/<sid>")
+@routes.add("DELETE", "/v1/topics/<topic>/groups/<group>/subscribers/<sid>", role=CONSUME, topic="path",
+            forward=True, summary="Remove a subscriber", doc=lambda s: {"responses": {
+                "200": json_answer(obj({"deleted": SID_SCHEMA}, ("deleted",)), "Removed"), **errors("404")}})
 def unregister(topic: str, group: str, sid: str) -> Any:
-    check_name(topic)
     check_name(group, "group")
     check_subscriber_id(sid)
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
     delivery().unregister(topic, group, sid)
     return jsonify(deleted=sid)
 
 
-@bp.post("/v1/subscribers/<sid>/heartbeat")
+@routes.add("POST", "/v1/subscribers/<sid>/heartbeat", role=CONSUME, topic="subscriber", forward=True,
+            summary="Keep a subscriber's lease alive", doc=lambda s: {"responses": {
+                "200": json_answer(ref("Heartbeat")), **errors("404")}})
 def heartbeat(sid: str) -> Any:
     d = delivery()
     sub = d.subscriber(check_subscriber_id(sid))
-    fwd = node().forward_if_remote(sub.topic)
-    if fwd is not None:
-        return fwd
     sub = d.touch(sub, always=True)
     return jsonify(subscriber_id=sub.id, topic=sub.topic, group=sub.group,
                    partitions=d.groups.partitions_of(sid), lease_ms=node().settings.subscriber_lease_ms)
 
 
-@bp.get("/v1/topics/<topic>/groups/<group>/messages")
+@routes.add("GET", "/v1/topics/<topic>/groups/<group>/messages", role=CONSUME, topic="path", forward=True,
+            summary="Long-poll fetch", doc=lambda s: {
+                "parameters": [
+                    {"name": "subscriber", "in": "query", "required": True, "schema": SID_SCHEMA},
+                    {"name": "max", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                              "maximum": s.max_fetch}},
+                    {"name": "wait_ms", "in": "query", "schema": {**NONNEG, "maximum": s.max_wait_ms}}],
+                "responses": {"200": json_answer(ref("Fetched")), **errors("404", "409")}})
 def fetch(topic: str, group: str) -> Any:
-    check_name(topic)
     check_name(group, "group")
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
     settings = node().settings
     limit = _int_arg("max", min(100, settings.max_fetch), 1, settings.max_fetch)
     wait_ms = _int_arg("wait_ms", 0, 0, settings.max_wait_ms)
@@ -132,13 +133,12 @@ def fetch(topic: str, group: str) -> Any:
     return jsonify(messages=[render_row(r) for r in rows])
 
 
-@bp.post("/v1/topics/<topic>/groups/<group>/offsets")
+@routes.add("POST", "/v1/topics/<topic>/groups/<group>/offsets", role=CONSUME, topic="path", forward=True,
+            summary="Commit offsets", doc=lambda s: {
+                "requestBody": body(ref("Commit")),
+                "responses": {"200": json_answer(ref("Committed")), **errors("404", "409")}})
 def commit(topic: str, group: str) -> Any:
-    check_name(topic)
     check_name(group, "group")
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
     body = json_object()
     unknown = set(body) - {"subscriber", "offsets"}
     if unknown:
@@ -161,11 +161,9 @@ def commit(topic: str, group: str) -> Any:
                    acknowledged=acknowledged)
 
 
-@bp.get("/v1/topics/<topic>/groups/<group>")
+@routes.add("GET", "/v1/topics/<topic>/groups/<group>", role=CONSUME, topic="path", forward=True,
+            summary="A group: subscribers, assignment, committed offsets, lag", doc=lambda s: {
+                "responses": {"200": json_answer(ref("Group")), **errors("404")}})
 def describe(topic: str, group: str) -> Any:
-    check_name(topic)
     check_name(group, "group")
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
     return jsonify(delivery().describe(topic, group))

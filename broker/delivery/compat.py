@@ -15,16 +15,18 @@ import ipaddress
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Response
 
 from ..api import json_object, node
+from ..api.docs import body, errors, ref, text_answer
+from ..api.routes import CONSUME, RouteTable
 from ..errors import BadRequest, Conflict
 from ..publish import check_name
 from ..security import caller_may_publish
 from .api import check_subscriber_id, delivery
 from .push import check_http_url, entity_text
 
-bp = Blueprint("delivery_compat", __name__)
+routes = RouteTable("delivery_compat")
 
 NO_MESSAGES = "No messages right now"
 
@@ -46,36 +48,36 @@ def receiver_url(ip: Any, port: Any) -> str:
     return check_http_url(f"http://{host}:{port}/receivemessage")
 
 
-@bp.post("/subscribe")
+@routes.add("POST", "/subscribe", role=CONSUME, topic="body", forward=True,
+            summary="ToyMB-compatible subscribe", doc=lambda s: {
+                "requestBody": body(ref("CompatSubscribe")),
+                "responses": {"200": text_answer("the subscriber id"),
+                              "201": text_answer("the subscriber id"), **errors("404", "409")}})
 def subscribe() -> Any:
-    body = json_object()
-    topic = check_name(body.get("topicName"))
-    group = check_name(body.get("groupName"), "group")
-    fwd = node().forward_if_remote(topic)
-    if fwd is not None:
-        return fwd
-    kind = body.get("type")
+    fields = json_object()
+    topic = check_name(fields.get("topicName"))
+    group = check_name(fields.get("groupName"), "group")
+    kind = fields.get("type")
     if kind is not None and not isinstance(kind, str):
         raise BadRequest("type must be a string", code="bad_field", field="type")
     mode = "push" if kind == "push" else "pull"  # ToyMB treats anything but "push" as pull
     url = None
     if mode == "push":
-        url = receiver_url(body.get("ip"), body.get("port"))
+        url = receiver_url(fields.get("ip"), fields.get("port"))
         node().check_push_url(url)
-    sid = body.get("id")
+    sid = fields.get("id")
     sid = str(uuid.uuid4()) if sid is None else check_subscriber_id(sid)
     sub, _ = delivery().register(topic, group, sid, mode=mode, url=url, compat=True,
                                  create=caller_may_publish(topic))
     return _text(sub.id)
 
 
-@bp.get("/poll/<sid>")
+@routes.add("GET", "/poll/<sid>", role=CONSUME, topic="subscriber", forward=True,
+            summary="ToyMB-compatible pull: the next body as text", doc=lambda s: {"responses": {
+                "200": text_answer("the body, or 'No messages right now'"), **errors("404", "409")}})
 def poll(sid: str) -> Any:
     d = delivery()
     sub = d.subscriber(check_subscriber_id(sid))
-    fwd = node().forward_if_remote(sub.topic)
-    if fwd is not None:
-        return fwd
     if sub.mode != "pull":
         raise Conflict(f"subscriber {sid!r} receives pushes; it cannot poll", code="wrong_mode")
     sub = d.touch(sub)

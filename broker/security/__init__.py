@@ -1,5 +1,5 @@
 """Security of a node: bearer tokens and roles, the loopback-only default, the push allowlist,
-the OpenAPI document, and the bind check of ``toymb serve``.
+and the bind check of ``toymb serve``.
 
 See :mod:`broker.security.tokens` (token format), :mod:`broker.security.authz` (which role each
 endpoint needs) and :mod:`broker.security.allowlist` (push URLs).
@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 
+from ..api import ROUTES_EXTENSION
 from ..config import Settings
 from ..errors import BrokerError, ConfigError
 from .allowlist import build as build_allowlist
@@ -33,7 +34,8 @@ def install(app: Flask, node: Any) -> None:
     settings = node.settings
     tokens = parse_tokens(settings.tokens)
     authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
-                            subscriber_topic=subscriber_topic_lookup(node.extensions["delivery"].groups))
+                            subscriber_topic=subscriber_topic_lookup(node.extensions["delivery"].groups),
+                            routes=app.extensions[ROUTES_EXTENSION])
     allowlist = build_allowlist(settings.push_allow, loopback_only=authorizer.loopback_only)
     node.push_addresses = allowlist.addresses
     node.extensions["security"] = authorizer
@@ -53,9 +55,6 @@ def install(app: Flask, node: Any) -> None:
             response.headers["WWW-Authenticate"] = 'Bearer realm="toymb"'
         return response
 
-    from ..api import openapi
-
-    app.register_blueprint(openapi.bp)
     if authorizer.loopback_only:
         log.warning("SECURITY: no tokens configured (TOYMB_TOKENS): node %s serves only loopback clients "
                     "(127.0.0.0/8, ::1) and pushes only to loopback URLs", node.name)

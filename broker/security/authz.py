@@ -1,16 +1,9 @@
 """Who may call what: each request is mapped to the role and topic it needs, then checked.
 
-| request | role needed | topic |
-|---|---|---|
-| ``GET /health``, ``GET /ready``, ``GET /openapi.json`` | none (open) | |
-| ``POST /v1/topics/{t}/messages``, ``PUT /v1/topics/{t}`` | publish | t |
-| ``POST /sendmessage``, ``POST /advertise`` | publish | ``topicName`` of the body |
-| ``GET /v1/topics/{t}`` | any role | t |
-| ``GET /v1/topics``, ``GET /v1/cluster`` | any role | any |
-| ``/v1/topics/{t}/groups/{g}`` and everything under it | consume | t |
-| ``POST /subscribe`` | consume | ``topicName`` of the body |
-| ``POST /v1/subscribers/{sid}/heartbeat``, ``GET /poll/{sid}`` | consume | the subscriber's topic |
-| ``GET /metrics`` and anything else (cluster-internal endpoints) | admin | |
+Each route declares the role it needs and where its topic is (:mod:`broker.api.routes`); the
+OpenAPI document lists them. A request that matches no route (an unknown path, or a method the
+path does not serve) needs ``admin``. The roles: ``publish`` and ``consume`` on the topic, ``any``
+role on the topic (or on some topic when there is none), ``admin``, or ``open`` (no token).
 
 Creating a topic needs only ``publish`` because publishing creates topics on first use anyway.
 ``/metrics`` needs ``admin`` because its labels name every topic and group.
@@ -35,27 +28,21 @@ import hmac
 import ipaddress
 import json
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from flask import Request
 
+from ..api.routes import Routes
 from ..errors import Forbidden, Unauthorized, Unavailable
+from ..roles import ADMIN, ANY, OPEN
 from ..store.errors import STORE_ERROR
 from ..store.groups import GroupStore
-from .tokens import ADMIN, ADMIN_GRANT, CONSUME, PUBLISH, Grant, TokenTable
+from .tokens import ADMIN_GRANT, Grant, TokenTable
 
 log = logging.getLogger(__name__)
 
 CLUSTER_HEADER = "X-ToyMB-Cluster-Token"
-ANY = "any"  # any of the three roles
-OPEN = "open"
-
-_SEG = r"(?P<topic>[^/]+)"
-_SID = r"(?P<sid>[^/]+)"
-_GROUP = rf"^/v1/topics/{_SEG}/groups/[^/]+"
-
 
 @dataclass(frozen=True)
 class Need:
@@ -63,23 +50,6 @@ class Need:
 
     role: str
     topic: str | None = None
-
-
-# (methods, path regex, role, where the topic comes from: "path" | "body" | "subscriber" | None)
-_RULES: list[tuple[frozenset[str], re.Pattern[str], str, str | None]] = [
-    (frozenset({"GET", "HEAD"}), re.compile(r"^/(health|ready|openapi\.json)$"), OPEN, None),
-    (frozenset({"POST"}), re.compile(rf"^/v1/topics/{_SEG}/messages$"), PUBLISH, "path"),
-    (frozenset({"PUT"}), re.compile(rf"^/v1/topics/{_SEG}$"), PUBLISH, "path"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"^/v1/topics/{_SEG}$"), ANY, "path"),
-    (frozenset({"GET", "HEAD"}), re.compile(r"^/v1/(topics|cluster)$"), ANY, None),
-    (frozenset({"POST"}), re.compile(rf"{_GROUP}/(subscribers|offsets)$"), CONSUME, "path"),
-    (frozenset({"DELETE"}), re.compile(rf"{_GROUP}/subscribers/[^/]+$"), CONSUME, "path"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"{_GROUP}(/messages)?$"), CONSUME, "path"),
-    (frozenset({"POST"}), re.compile(rf"^/v1/subscribers/{_SID}/heartbeat$"), CONSUME, "subscriber"),
-    (frozenset({"GET", "HEAD"}), re.compile(rf"^/poll/{_SID}$"), CONSUME, "subscriber"),
-    (frozenset({"POST"}), re.compile(r"^/(sendmessage|advertise)$"), PUBLISH, "body"),
-    (frozenset({"POST"}), re.compile(r"^/subscribe$"), CONSUME, "body"),
-]
 
 
 def is_loopback(remote_addr: str | None) -> bool:
@@ -107,8 +77,9 @@ class Authorizer:
     """Decides each request. ``subscriber_topic`` maps a subscriber id to its topic (or None)."""
 
     def __init__(self, tokens: TokenTable, cluster_token: str, *, allow_remote: bool,
-                 subscriber_topic: Callable[[str], str | None]) -> None:
+                 subscriber_topic: Callable[[str], str | None], routes: Routes) -> None:
         self.tokens = tokens
+        self.routes = routes
         self._cluster = hashlib.sha256(cluster_token.encode("utf-8")).digest() if cluster_token else None
         self.allow_remote = allow_remote
         self.subscriber_topic = subscriber_topic
@@ -118,21 +89,19 @@ class Authorizer:
         return not self.tokens and not self.allow_remote
 
     def need(self, request: Request) -> Need:
-        """The role and topic ``request`` needs; admin for anything not listed."""
-        path = request.path
-        for methods, pattern, role, source in _RULES:
-            match = pattern.match(path)
-            if match is None or request.method not in methods:
-                continue
-            topic: str | None = None
-            if source == "path":
-                topic = match.group("topic")
-            elif source == "body":
-                topic = _body_topic(request)
-            elif source == "subscriber":
-                topic = self.subscriber_topic(match.group("sid"))
-            return Need(role, topic)
-        return Need(ADMIN)
+        """The role and topic ``request`` needs, from its route; admin for anything not routed."""
+        route = self.routes.match(request.endpoint, request.method)
+        if route is None:
+            return Need(ADMIN)
+        path = request.view_args or {}
+        topic: str | None = None
+        if route.topic == "path":
+            topic = str(path["topic"])
+        elif route.topic == "body":
+            topic = _body_topic(request)
+        elif route.topic == "subscriber":
+            topic = self.subscriber_topic(str(path["sid"]))
+        return Need(route.role, topic)
 
     def _peer(self, request: Request) -> bool:
         """Whether the request carries the cluster token; 401 if it carries a wrong one."""

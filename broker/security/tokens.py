@@ -26,11 +26,9 @@ import hmac
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..roles import ADMIN, CONSUME, PUBLISH, ROLES
 
-PUBLISH = "publish"
-CONSUME = "consume"
-ADMIN = "admin"
-ROLES = frozenset({PUBLISH, CONSUME, ADMIN})
+__all__ = ["ADMIN", "ADMIN_GRANT", "CONSUME", "PUBLISH", "ROLES", "Grant", "TokenTable", "parse_tokens"]
 
 
 @dataclass(frozen=True)
