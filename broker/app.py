@@ -18,9 +18,10 @@ from .delivery import api as delivery_api
 from .delivery import compat as delivery_compat
 from .delivery.api import check_subscriber_id
 from .errors import BrokerError
-from .node import Node
 from .publish import check_name
+from .security import guard
 from .store.errors import STORE_REFUSED_VALUE, STORE_UNAVAILABLE
+from .wiring import build_node
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,7 @@ def _request_topic(route: Route, path: dict[str, Any]) -> str:
         return check_name(path["topic"])
     if route.topic == "body":
         return check_name(json_object().get("topicName"))
-    delivery = node_of_app().extensions["delivery"]
-    return str(delivery.subscriber(check_subscriber_id(path["sid"])).topic)
+    return node_of_app().delivery.subscriber(check_subscriber_id(path["sid"])).topic
 
 
 def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool = True) -> Flask:
@@ -105,38 +105,23 @@ def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool
 
     The node (store, writer, delivery, cluster) is at ``app.extensions["toymb"]``; with ``start``
     its background services run until ``app.extensions["toymb"].stop()``.
+
+    Raises:
+        ConfigError: a setting is malformed.
     """
     if not isinstance(settings, Settings):
         settings = config_module.load(overrides=settings or {})
     app = Flask("toymb")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    node = Node(settings)
-    app.extensions["toymb"] = node
-
     routes = Routes(ROUTE_TABLES)
+    node, authorizer = build_node(settings, routes)
+    app.extensions["toymb"] = node
     app.extensions[ROUTES_EXTENSION] = routes
+    guard(app, authorizer, node.metrics, settings)
     for table in ROUTE_TABLES:
         app.register_blueprint(table.blueprint(node.forward_if_remote, _request_topic))
-    for installer in _installers():
-        installer(app, node)
     register_error_handlers(app)
     if start:
         node.start()
     return app
-
-
-def _installers() -> list[Any]:
-    """Optional parts (delivery, cluster, security) that add routes and services to a node."""
-    installers = []
-    for module_name in ("broker.delivery", "broker.cluster", "broker.retention", "broker.security"):
-        try:
-            module = __import__(module_name, fromlist=["install"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        install = getattr(module, "install", None)
-        if install is not None:
-            installers.append(install)
-    return installers

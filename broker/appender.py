@@ -25,8 +25,9 @@ from .store.errors import STORE_REFUSED_VALUE
 log = logging.getLogger(__name__)
 
 # A hook run inside the write transaction, before anything is written to ``topic``; it raises
-# NotOwner when this node may no longer write the topic (cluster fencing). What it returns is run
-# only after that transaction committed (a claim of the topic is believed from then on).
+# NotOwner when this node may no longer write the topic (cluster fencing). It returns something
+# when it claimed the topic: then the writer drops its cached offsets of the topic before assigning
+# any, and runs what was returned once the transaction committed (the claim is believed from then).
 FenceCheck = Callable[[AppendTransaction, str], Callable[[], None] | None]
 CommitListener = Callable[[str, set[int]], None]
 
@@ -65,10 +66,10 @@ def _store_error(exc: Exception) -> BrokerError:
 class Appender:
     """The single writer of a node's message rows."""
 
-    def __init__(self, store: Store, *, max_rows: int = 5000) -> None:
+    def __init__(self, store: Store, *, max_rows: int = 5000, fence: FenceCheck | None = None) -> None:
         self.store = store
         self.max_rows = max_rows
-        self.fence: FenceCheck | None = None
+        self.fence = fence
         self.listeners: list[CommitListener] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._next: dict[str, dict[int, int]] = {}
@@ -90,9 +91,14 @@ class Appender:
         """Drop cached offsets of ``topic`` (another writer may have moved them)."""
         self._queue.put(("forget", topic))
 
-    def drop_cached(self, topic: str) -> None:
-        """Drop cached offsets of ``topic`` now; only for code running on the writer thread (a fence)."""
-        self._next.pop(topic, None)
+    def forget_changed(self, gained: set[str], lost: set[str]) -> None:
+        """Ownership listener: drop cached offsets of topics that changed hands."""
+        for topic in gained | lost:
+            self.forget(topic)
+
+    def subscribe(self, listener: CommitListener) -> None:
+        """Call ``listener(topic, partitions)`` after each commit that wrote to ``topic``."""
+        self.listeners.append(listener)
 
     def append(self, topic: Topic, messages: list[NewMessage], timeout: float = 60.0) -> list[Stored]:
         """Store ``messages`` in ``topic`` and return their coordinates once committed.
@@ -147,6 +153,8 @@ class Appender:
                         try:
                             then = self.fence(txn, name)
                             if then is not None:
+                                # A new claim: what the previous owner wrote decides our next offsets.
+                                self._next.pop(name, None)
                                 after_commit.append(then)
                         except BrokerError as exc:
                             fenced[name] = exc

@@ -7,11 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from driver.names import NAME_PATTERN, is_name
 
+from .enrichers import TopicEnricher, load_enrichers
 from .envelope import Limits, NewMessage, decode_body, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .appender import Appender
+    from .config import Settings
+    from .metrics import Metrics
+    from .topics import Topics
 
 def check_name(name: Any, what: str = "topic") -> str:
     """A topic or group name, or BadRequest saying what is allowed."""
@@ -21,9 +25,19 @@ def check_name(name: Any, what: str = "topic") -> str:
 
 
 class Publisher:
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.limits = Limits.from_settings(node.settings)
+    """The publish path of a node: validate, enrich, append; with its metrics."""
+
+    def __init__(self, settings: Settings, topics: Topics, appender: Appender, metrics: Metrics) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.appender = appender
+        self.metrics = metrics
+        self.limits = Limits.from_settings(settings)
+        self.enrichers: dict[str, list[TopicEnricher]] = {}
+
+    def load_enrichers(self) -> None:
+        """Load and initialise the configured enrichers (once, when the node starts)."""
+        self.enrichers = load_enrichers(self.settings.enriching_topics)
 
     def parse_payload(self, payload: Any) -> tuple[list[NewMessage], bool]:
         """The messages of a publish body, and whether it was a batch."""
@@ -33,14 +47,14 @@ class Publisher:
             items = payload["messages"]
             if not isinstance(items, list) or not items:
                 raise BadRequest("messages must be a non-empty list", code="bad_batch")
-            limit = self.node.settings.max_batch
+            limit = self.settings.max_batch
             if len(items) > limit:
                 raise LimitExceeded(f"a batch holds at most {limit} messages", limit="batch", max=limit)
             return [parse_message(item, self.limits) for item in items], True
         return [parse_message(payload, self.limits)], False
 
     def enrich(self, topic: str, messages: list[NewMessage]) -> list[NewMessage]:
-        enrichers = self.node.enrichers.get(topic)
+        enrichers = self.enrichers.get(topic)
         if not enrichers:
             return messages
         out = []
@@ -73,9 +87,9 @@ class Publisher:
         check_name(topic_name)
         messages, is_batch = self.parse_payload(payload)
         messages = self.enrich(topic_name, messages)
-        topic = self.node.topic(topic_name, create=True)
-        stored = self.node.appender.append(topic, messages)
-        metrics = self.node.metrics
+        topic = self.topics.get(topic_name, create=True)
+        stored = self.appender.append(topic, messages)
+        metrics = self.metrics
         new = sum(1 for s in stored if not s.duplicate)
         metrics.published.inc(new)
         if new < len(stored):

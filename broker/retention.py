@@ -19,14 +19,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
 from .store.journal import JournalStore
 
 if TYPE_CHECKING:
-    from .node import Node
+    from .config import Settings
+    from .metrics import Metrics
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +37,20 @@ log = logging.getLogger(__name__)
 class Retention:
     """A node service deleting journaled, acknowledged, expired rows in bounded batches."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.retention_ms: int = node.settings.retention_ms
-        self.interval = node.settings.retention_interval_ms / 1000
-        self.batch: int = node.settings.retention_batch
+    def __init__(self, settings: Settings, store: Store, owns: Callable[[str], bool], metrics: Metrics) -> None:
+        self.store = store
+        self.journal = JournalStore.of(store)
+        self.owns = owns
+        self.retention_ms = settings.retention_ms
+        self.interval = settings.retention_interval_ms / 1000
+        self.batch = settings.retention_batch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         try:
             self.deleted = Counter("toymb_retention_deleted", "Message rows deleted by retention",
-                                   registry=node.metrics.registry)
+                                   registry=metrics.registry)
         except ValueError:  # already registered by broker.metrics
-            self.deleted = node.metrics.registry._names_to_collectors["toymb_retention_deleted_total"]  # type: ignore[assignment]
+            self.deleted = metrics.registry._names_to_collectors["toymb_retention_deleted_total"]  # type: ignore[assignment]
 
     def start(self) -> None:
         if self._thread is None:
@@ -72,10 +77,10 @@ class Retention:
         """One pass over the topics this node owns; returns how many rows were deleted."""
         cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - self.retention_ms
         total = 0
-        for topic in self.node.store.list_topics():
+        for topic in self.store.list_topics():
             if self._stop.is_set():
                 break
-            if not self.node.owns(topic.name):
+            if not self.owns(topic.name):
                 continue
             for partition, limit in self.limits(topic.name, topic.partitions).items():
                 total += self._delete(topic.name, partition, limit, cutoff)
@@ -86,10 +91,10 @@ class Retention:
 
     def limits(self, topic: str, partition_count: int) -> dict[int, int]:
         """Per partition, the first offset that must be kept because of (a) and (b)."""
-        return JournalStore.of(self.node.store).retention_limits(topic, partition_count)
+        return self.journal.retention_limits(topic, partition_count)
 
     def _delete(self, topic: str, partition: int, limit: int, cutoff: int) -> int:
-        journal = JournalStore.of(self.node.store)
+        journal = self.journal
         low = journal.lowest_offset(topic, partition)
         if low is None:
             return 0
@@ -102,11 +107,3 @@ class Retention:
                 break  # reached rows still too young (the rest is younger still, mostly)
             low = high
         return deleted
-
-
-def install(app: Any, node: Node) -> None:
-    """Add the retention service to ``node`` when ``retention_ms`` is set."""
-    if node.settings.retention_ms > 0:
-        retention = Retention(node)
-        node.services.append(retention)
-        node.extensions["retention"] = retention

@@ -15,7 +15,7 @@ routes = RouteTable("cluster")
             doc=lambda s: {"responses": {"200": json_answer(ref("Cluster")), **errors()}})
 def cluster() -> Response:
     n = node()
-    membership = n.extensions["cluster"].membership
+    membership = n.membership
     view = membership.view
     return jsonify(
         node=n.name, node_id=n.id, url=n.url, lease_fresh=membership.lease_fresh(),

@@ -8,8 +8,8 @@ claimed it at. The appender calls :class:`Fence` inside its write transaction, w
 2. refuses (503 ``not_owner``) unless this node owns the topic now, by rendezvous over a live
    set loaded within its own lease;
 3. passes when the row still says ``owner = me, epoch = the epoch I claimed``;
-4. otherwise claims the topic with a compare-and-set ``UPDATE ... SET epoch = epoch + 1`` and
-   drops the writer's cached offsets, so the next offsets come from what the previous owner
+4. otherwise claims the topic with a compare-and-set ``UPDATE ... SET epoch = epoch + 1``, and
+   the writer drops its cached offsets, so the next offsets come from what the previous owner
    committed. The claim is believed only once the transaction commits (the appender runs what
    the fence returns after its commit): a claim whose commit failed is simply made again by the
    next append, instead of being remembered as ours while the row still says otherwise.
@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import NotOwner
 from ..store import AppendTransaction
@@ -37,20 +37,22 @@ log = logging.getLogger(__name__)
 
 
 class Fence:
-    """The ``node.appender.fence`` hook of a clustered node."""
+    """The epoch check the writer runs in every append transaction (its ``fence``)."""
 
-    def __init__(self, router: Router, appender: Any, lease_ms: int) -> None:
+    def __init__(self, router: Router, lease_ms: int) -> None:
         self.router = router
-        self.appender = appender
         self.lease_ms = lease_ms
         self._lock = threading.Lock()
         self._epochs: dict[str, int] = {}  # topic -> epoch this node claimed and still holds
         self._conflicts: dict[str, int] = {}  # topic -> view generation when someone took it
 
-    def release(self, topics_: set[str]) -> None:
-        """Forget our claims on ``topics_`` (gained or lost in a new view): the next append re-claims."""
+    def release(self, gained: set[str], lost: set[str]) -> None:
+        """Forget our claims on topics gained or lost in a new view: the next append re-claims them.
+
+        A synchronous ownership listener of the router.
+        """
         with self._lock:
-            for name in topics_:
+            for name in gained | lost:
                 self._epochs.pop(name, None)
                 self._conflicts.pop(name, None)
 
@@ -61,7 +63,8 @@ class Fence:
     def __call__(self, txn: AppendTransaction, topic: str) -> Callable[[], None] | None:
         """Check (or claim) ``topic`` inside the append transaction ``txn``.
 
-        Returns what to run once that transaction has committed (a new claim), or None.
+        Returns what to run once that transaction has committed when it claimed the topic (the
+        writer then drops its cached offsets of the topic first), or None.
 
         Raises:
             NotOwner: this node may not write ``topic`` now (503, retryable).
@@ -85,12 +88,11 @@ class Fence:
                 # live set before claiming it back.
                 seen = self._conflicts.setdefault(topic, generation)
                 if generation <= seen:
-                    router.membership.wake()
+                    router.wake_membership()
                     raise NotOwner(f"topic {topic!r} was claimed by {row.owner}; retry",
                                    owner=row.owner or router.owner_of(topic))
         if not txn.claim_topic(topic, me, row):
             raise NotOwner(f"topic {topic!r} changed hands concurrently; retry", owner=router.owner_of(topic))
-        self._drop_cached_offsets(topic)
 
         def committed() -> None:
             with self._lock:
@@ -100,8 +102,3 @@ class Fence:
             log.info("%s claimed topic %s at epoch %d (was %s at %d)", me, topic, epoch + 1, row.owner, epoch)
 
         return committed
-
-    def _drop_cached_offsets(self, topic: str) -> None:
-        # We run on the writer thread, before it assigns offsets for this very batch, so the cache
-        # must go now (Appender.forget only queues it for the next batch).
-        self.appender.drop_cached(topic)

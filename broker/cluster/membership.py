@@ -18,10 +18,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import requests
 
+from ..config import Settings
 from ..store.cluster import ClusterStore, LastBeat, NodeRow
 from .forward import CLUSTER_TOKEN_HEADER
 from .ownership import Member
@@ -41,6 +41,10 @@ class View:
     generation: int = 0
 
 
+# Called after each reload with (previous view, new view, whether our own lease had lapsed).
+ViewListener = Callable[[View, View, bool], None]
+
+
 def peer_url(peer: str) -> str:
     """ToyMB wrote peers as ``host:port``; accept that and full URLs."""
     peer = peer.strip().rstrip("/")
@@ -50,17 +54,17 @@ def peer_url(peer: str) -> str:
 class Membership:
     """The background service that registers this node and keeps the live set fresh."""
 
-    def __init__(self, node: Any, on_view: Callable[[View, View, bool], None]) -> None:
-        self.node = node
-        self.settings = node.settings
-        self.cluster_store = ClusterStore(node.store)  # to be built by the app factory
-        self.me = Member(node.name, node.id)
+    def __init__(self, cluster_store: ClusterStore, me: Member, url: str, settings: Settings) -> None:
+        self.settings = settings
+        self.cluster_store = cluster_store
+        self.me = me
+        self.url = url
         self.interval = self.settings.heartbeat_ms / 1000.0
         self.lease = self.settings.node_lease_ms / 1000.0
         self.view = View()
         self._joined = False
         self.peer_status: dict[str, str] = {}
-        self._on_view = on_view
+        self._view_listeners: list[ViewListener] = []
         self._lease_deadline = 0.0  # monotonic time at which our own lease lapses
         self._lapsed = True  # our lease lapsed since the view was loaded (or nothing loaded yet)
         self._stop = threading.Event()
@@ -97,6 +101,10 @@ class Membership:
             self.cluster_store.mark_gone(self.me.id)
         except Exception as exc:  # noqa: BLE001 - the lease expires by itself anyway
             log.info("could not mark %s as stopped: %s", self.me.name, exc)
+
+    def subscribe(self, listener: ViewListener) -> None:
+        """Call ``listener(previous, view, was_lapsed)`` after each reload of the live set."""
+        self._view_listeners.append(listener)
 
     @property
     def ready(self) -> bool:
@@ -141,21 +149,22 @@ class Membership:
         previous, self.view = self.view, view
         self._lease_deadline = deadline
         self._lapsed = False
-        self._on_view(previous, view, was_lapsed)
+        for listener in self._view_listeners:
+            listener(previous, view, was_lapsed)
 
     def _beat(self) -> None:
-        beat = self.cluster_store.beat(self.me.id, self.me.name, self.node.url, self._started_ms,
+        beat = self.cluster_store.beat(self.me.id, self.me.name, self.url, self._started_ms,
                                        register=not self._registered)
         if not self._registered:
             self._warn_if_name_taken(beat.previous, beat.now_ms)
         if beat.outcome == "inserted":
-            log.info("node %s registered as %s at %s", self.me.name, self.me.id, self.node.url)
+            log.info("node %s registered as %s at %s", self.me.name, self.me.id, self.url)
         if beat.outcome != "raced":  # after a race, the next heartbeat registers again
             self._registered = True
 
     def _warn_if_name_taken(self, row: LastBeat | None, now: int) -> None:
         fresh = row is not None and row.heartbeat_ms >= now - self.settings.node_lease_ms
-        if row is not None and fresh and row.url != self.node.url:
+        if row is not None and fresh and row.url != self.url:
             log.error("node name %s is also used by a live node at %s: every node needs its own name "
                       "(TOYMB_NODE_NAME), or the two will fight over the same topics", self.me.name, row.url)
 
@@ -166,7 +175,7 @@ class Membership:
         if self.me not in live:  # we just heartbeat: only a clock oddity could hide us
             live = tuple(sorted((*live, self.me), key=lambda m: m.name))
         urls = {r.name: r.url for r in rows if r.alive}
-        urls[self.me.name] = self.node.url
+        urls[self.me.name] = self.url
         return View(rows, live, urls, now, self.view.generation + 1)
 
     # -- bootstrap peers --------------------------------------------------------------------------
@@ -178,7 +187,7 @@ class Membership:
         know us after it has had time to reload its live set is a misconfiguration (two
         clusters), which is logged rather than guessed around.
         """
-        pending = {peer_url(p) for p in self.settings.peers} - {self.node.url}
+        pending = {peer_url(p) for p in self.settings.peers} - {self.url}
         patience = self.lease + 3 * self.interval  # a peer reloads its live set every heartbeat
         first_answer: dict[str, float] = {}
         deadline = time.monotonic() + max(30.0, self.lease * 5)

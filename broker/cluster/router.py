@@ -6,11 +6,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flask import Response
 
+from ..config import Settings
 from ..errors import NotOwner, Unavailable
+from ..metrics import Metrics
 from ..store.cluster import ClusterStore
 from . import ownership
 from .forward import Forwarder, is_forwarded
@@ -31,20 +33,29 @@ OwnershipListener = Callable[[set[str], set[str]], None]
 class Router:
     """Owner lookup by Levenshtein rendezvous over the live set, and one-hop forwarding."""
 
-    def __init__(self, node: Any) -> None:
-        self.node = node
-        self.cluster_store = ClusterStore(node.store)  # to be built by the app factory
-        self.me = Member(node.name, node.id)
-        self.dlq_suffix: str = node.settings.dlq_suffix
-        self.forwarder = Forwarder(node.settings, node.metrics, node.name, node.long_polls)
-        self.membership: Membership = None  # type: ignore[assignment]  # set by install()
+    def __init__(self, me: Member, settings: Settings, metrics: Metrics, forwarder: Forwarder,
+                 cluster_store: ClusterStore, membership: Membership) -> None:
+        self.me = me
+        self.metrics = metrics
+        self.cluster_store = cluster_store
+        self.dlq_suffix = settings.dlq_suffix
+        self.forwarder = forwarder
+        self.membership = membership
+        # Ownership listeners: the synchronous ones (caches that must not outlive a change) run
+        # under the scan lock, before the others.
+        self._sync_listeners: list[OwnershipListener] = []
         self.listeners: list[OwnershipListener] = []
         self.owned: frozenset[str] = frozenset()
         self._known: frozenset[str] = frozenset()
         self._last_scan = 0.0
         self._scan_lock = threading.Lock()
-        self.fence: Any = None  # the Fence, set by install(); released on gains and losses
 
+    def subscribe(self, listener: OwnershipListener, *, synchronous: bool = False) -> None:
+        """Call ``listener(gained, lost)`` after a new view changed what this node owns.
+
+        A ``synchronous`` listener runs while the change is applied, before any request sees it.
+        """
+        (self._sync_listeners if synchronous else self.listeners).append(listener)
     # -- lookups ------------------------------------------------------------------------------
 
     @property
@@ -92,13 +103,17 @@ class Router:
                               owner=owner.name)
         return self.forwarder.forward(owner.name, url)
 
+    def wake_membership(self) -> None:
+        """Reload the live set now: this node's view may be the stale one."""
+        self.membership.wake()
+
     def note_claimed(self, topic: str) -> None:
         """Count a topic this node just claimed (created since the last scan) as owned."""
         with self._scan_lock:
             if topic not in self.owned:
                 self.owned = self.owned | {topic}
                 self._known = self._known | {topic}
-                self.node.metrics.owned_topics.set(len(self.owned))
+                self.metrics.owned_topics.set(len(self.owned))
 
     # -- reacting to new views ----------------------------------------------------------------
 
@@ -121,7 +136,7 @@ class Router:
             gained, lost = set(owned - before), set(before - owned)
             known = self._known
             self.owned, self._known = owned, frozenset(names)
-            metrics = self.node.metrics
+            metrics = self.metrics
             metrics.owned_topics.set(len(owned))
             if gained & known:
                 metrics.ownership_changes.labels("gained").inc(len(gained & known))
@@ -130,10 +145,8 @@ class Router:
             changed = gained | lost
             if not changed:
                 return
-            if self.fence is not None:
-                self.fence.release(changed)
-            for name in changed:
-                self.node.appender.forget(name)
+            for sync_listener in self._sync_listeners:
+                sync_listener(gained, lost)
         if gained & known or lost:
             log.info("%s: gained %d topics, lost %d", self.me.name, len(gained & known), len(lost))
         for listener in list(self.listeners):

@@ -1,15 +1,14 @@
 """Delivery: consumer groups per topic, push and pull, dead letters, ToyMB-compatible consumption.
 
-``install(app, node)`` adds the HTTP routes and the background services (push dispatcher, lease
-reaper) to a node. All durable state is in SQL (``groups``); the services only cache it.
+:class:`Delivery` holds the push dispatcher and the lease reaper (node services) and the pull
+fetcher; its routes are in :mod:`broker.delivery.api` and :mod:`broker.delivery.compat`. All
+durable state is in SQL (``groups``); the services only cache it.
 """
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
-
-from flask import Flask
 
 from ..errors import Conflict, NotFound
 from ..store.groups import NEVER_MS, GroupStore, Subscriber, now_ms
@@ -19,23 +18,40 @@ from .pull import Fetcher
 from .reaper import Reaper
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from collections.abc import Callable
 
-EXTENSION = "delivery"
-
+    from ..cluster.router import Router
+    from ..config import Settings
+    from ..longpoll import LongPolls
+    from ..metrics import Metrics
+    from ..store import Store
+    from ..topics import Topics
+    from .deadletter import DeadLetters
 
 class Delivery:
-    """The delivery side of one node; reach it as ``node.extensions["delivery"]``."""
+    """The delivery side of one node (``node.delivery``)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.groups = GroupStore(node.store, assign)
-        self.dispatcher = Dispatcher(node, self.groups)
-        self.fetcher = Fetcher(node, self.groups)
-        self.reaper = Reaper(node, self.groups, self.dispatcher.invalidate)
+    def __init__(self, settings: Settings, store: Store, topics: Topics, router: Router, metrics: Metrics,
+                 long_polls: LongPolls, push_addresses: Callable[[str], list[str]],
+                 dead_letters: DeadLetters) -> None:
+        self.settings = settings
+        self.store = store
+        self.topics = topics
+        self.metrics = metrics
+        self.groups = GroupStore(store, assign)
+        self.dispatcher = Dispatcher(settings, self.groups, topics, router, store, metrics, push_addresses,
+                                     dead_letters)
+        self.fetcher = Fetcher(settings, self.groups, store, metrics, long_polls, dead_letters)
+        self.reaper = Reaper(settings, self.groups, topics, router, metrics, self.dispatcher.invalidate)
+
+    def on_commit(self, topic: str, partitions: set[int]) -> None:
+        """Appender listener: the dispatcher, the waiting fetches and the lag gauge hear of new rows."""
+        self.dispatcher.on_commit(topic, partitions)
+        self.fetcher.on_commit(topic, partitions)
+        self.reaper.on_commit(topic, partitions)
 
     def lease_until(self) -> int:
-        return now_ms() + int(self.node.settings.subscriber_lease_ms)
+        return now_ms() + int(self.settings.subscriber_lease_ms)
 
     def register(self, topic: str, group: str, sid: str, *, mode: str, url: str | None, start: str = "latest",
                  compat: bool = False, create: bool = True) -> tuple[Subscriber, list[int]]:
@@ -43,11 +59,11 @@ class Delivery:
 
         A missing topic is created when ``create`` (the caller may publish to it), else NotFound.
         """
-        partitions = self.node.topic(topic, create=create).partitions
+        partitions = self.topics.get(topic, create=create).partitions
         lease = NEVER_MS if compat and mode == "push" else self.lease_until()
         result = self.groups.register(topic, partitions, group, sid, mode=mode, url=url, compat=compat,
                                       lease_until_ms=lease, start=start,
-                                      max_members=self.node.settings.max_subscribers)
+                                      max_members=self.settings.max_subscribers)
         self.dispatcher.invalidate(topic, group)
         return result
 
@@ -57,7 +73,7 @@ class Delivery:
         Raises:
             NotFound: no such subscriber in that group.
         """
-        partitions = self.node.topic(topic).partitions
+        partitions = self.topics.get(topic).partitions
         if not self.groups.remove(topic, partitions, group, sid):
             raise NotFound(f"subscriber {sid!r} is not in group {group!r} of topic {topic!r}",
                            code="subscriber_not_found")
@@ -75,7 +91,7 @@ class Delivery:
         if sub.revoked:
             raise Conflict(f"subscriber {sub.id!r} kept failing and lost its lease; register again",
                            code="lease_revoked")
-        lease_ms = self.node.settings.subscriber_lease_ms
+        lease_ms = self.settings.subscriber_lease_ms
         if not always and sub.lease_until_ms - now_ms() > lease_ms // 2:
             return sub
         renewed, was_expired = self.groups.renew(sub.id, self.lease_until())
@@ -83,19 +99,19 @@ class Delivery:
             raise NotFound(f"subscriber {sub.id!r} is not registered; register again",
                            code="subscriber_not_found")
         if was_expired:
-            self.groups.rebalance(sub.topic, self.node.topic(sub.topic).partitions, sub.group)
+            self.groups.rebalance(sub.topic, self.topics.get(sub.topic).partitions, sub.group)
             self.dispatcher.invalidate(sub.topic, sub.group)
         return renewed
 
     def describe(self, topic: str, group: str) -> dict[str, Any]:
         """The members, assignment, committed offsets and lag of a group."""
-        partitions = self.node.topic(topic).partitions
+        partitions = self.topics.get(topic).partitions
         members = self.groups.members(topic, group)
         committed = self.groups.committed(topic, group)
         if not members and not committed:
             raise NotFound(f"group {group!r} of topic {topic!r} does not exist", code="group_not_found")
         assignment = self.groups.assignment(topic, group)
-        ends = self.node.store.end_offsets(topic)
+        ends = self.store.end_offsets(topic)
         held = partitions_by_member(assignment)
         rows = []
         for p in range(partitions):
@@ -103,7 +119,7 @@ class Delivery:
             rows.append({"partition": p, "subscriber": assignment.get(p), "committed": done, "end": end,
                          "lag": max(0, end - done)})
         total = sum(int(r["lag"] or 0) for r in rows)
-        self.node.metrics.lag.labels(topic, group).set(total)
+        self.metrics.lag.labels(topic, group).set(total)
         return {
             "topic": topic, "group": group,
             "subscribers": [m.to_json(held.get(m.id, [])) for m in members],
@@ -115,14 +131,3 @@ class Delivery:
             "partitions": rows,
             "checked_ms": int(time.time() * 1000),
         }
-
-
-def install(app: Flask, node: Node) -> None:
-    """Add delivery's routes and services to ``node``."""
-    delivery = Delivery(node)
-    node.extensions[EXTENSION] = delivery
-    node.appender.listeners.append(delivery.dispatcher.on_commit)
-    node.appender.listeners.append(delivery.fetcher.on_commit)
-    node.appender.listeners.append(delivery.reaper.on_commit)
-    node.services.append(delivery.dispatcher)
-    node.services.append(delivery.reaper)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import jsonify, request
 
@@ -19,6 +19,9 @@ from ..publish import check_name
 from ..security import caller_may_publish
 from .push import check_http_url
 
+if TYPE_CHECKING:
+    from . import Delivery
+
 routes = RouteTable("delivery")
 
 # ASCII digits only: int() would also take "٣", " 3" and "3_0", and raise on 5,000 digits.
@@ -26,8 +29,8 @@ _DIGITS = re.compile(r"[0-9]{1,18}")
 _REGISTER_FIELDS = {"mode", "url", "id", "start"}
 
 
-def delivery() -> Any:
-    return node().extensions["delivery"]
+def delivery() -> Delivery:
+    return node().delivery
 
 
 def check_subscriber_id(value: Any) -> str:

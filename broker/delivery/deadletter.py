@@ -11,9 +11,13 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from ..envelope import NewMessage
+from ..errors import Unavailable
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..appender import Appender
+    from ..cluster.router import Router
+    from ..config import Settings
+    from ..topics import Topics
 
 _MAX_NAME = 200
 _MAX_ID = 256
@@ -32,55 +36,61 @@ def dlq_id(group: str, original_id: str) -> str:
     return f"{group}:sha256:{hashlib.sha256(original_id.encode('utf-8')).hexdigest()[:40]}"
 
 
-def dead_letter(node: Node, topic: str, group: str, subscriber_id: str, row: Any, reason: str,
-                attempts: int) -> None:
-    """Append ``row`` (a stored message of ``topic``) to the dead-letter topic; idempotent.
+class DeadLetters:
+    """Appends what a group could not deliver to the dead-letter topic, on whichever node owns it."""
 
-    The dead-letter topic may be owned by another node of the cluster; then it is published there.
+    def __init__(self, settings: Settings, me: str, topics: Topics, appender: Appender, router: Router) -> None:
+        self.settings = settings
+        self.me = me
+        self.topics = topics
+        self.appender = appender
+        self.router = router
 
-    Raises:
-        BrokerError: the append failed (the caller retries later and does not move on).
-        requests.RequestException: the owner of the dead-letter topic could not be reached.
-    """
-    ours = {
-        "toymb.dlq.reason": reason[:1024],
-        "toymb.dlq.attempts": str(attempts),
-        "toymb.dlq.topic": topic,
-        "toymb.dlq.group": group,
-        "toymb.dlq.subscriber": subscriber_id,
-        "toymb.dlq.source.partition": str(row.partition),
-        "toymb.dlq.source.offset": str(row.offset),
-        "toymb.dlq.source.id": row.id,
-        "toymb.dlq.source.timestamp": str(row.timestamp),
-    }
-    original = json.loads(row.headers) if isinstance(row.headers, str) else dict(row.headers)
-    room = max(0, node.settings.max_headers - len(ours))  # the reason wins over the last original headers
-    headers = {**dict(list(original.items())[:room]), **ours}
-    message = NewMessage(id=dlq_id(group, row.id), key=row.key, headers=headers,
-                         content_type=row.content_type, body=bytes(row.body),
-                         timestamp=int(time.time() * 1000))
-    name = dlq_topic_name(topic, node.settings.dlq_suffix)
-    if node.router is not None and not node.owns(name):
-        _publish_remote(node, name, message)
-        return
-    node.appender.append(node.topic(name, create=True), [message])
+    def send(self, topic: str, group: str, subscriber_id: str, row: Any, reason: str, attempts: int) -> None:
+        """Append ``row`` (a stored message of ``topic``) to the dead-letter topic; idempotent.
 
+        The dead-letter topic may be owned by another node of the cluster; then it is published there.
 
-def _publish_remote(node: Node, name: str, message: NewMessage) -> None:
-    """Publish to the owner of ``name`` as a forwarded request (so it never travels further)."""
-    from ..errors import Unavailable
+        Raises:
+            BrokerError: the append failed (the caller retries later and does not move on).
+            requests.RequestException: the owner of the dead-letter topic could not be reached.
+        """
+        ours = {
+            "toymb.dlq.reason": reason[:1024],
+            "toymb.dlq.attempts": str(attempts),
+            "toymb.dlq.topic": topic,
+            "toymb.dlq.group": group,
+            "toymb.dlq.subscriber": subscriber_id,
+            "toymb.dlq.source.partition": str(row.partition),
+            "toymb.dlq.source.offset": str(row.offset),
+            "toymb.dlq.source.id": row.id,
+            "toymb.dlq.source.timestamp": str(row.timestamp),
+        }
+        original = json.loads(row.headers) if isinstance(row.headers, str) else dict(row.headers)
+        room = max(0, self.settings.max_headers - len(ours))  # the reason wins over the last original headers
+        headers = {**dict(list(original.items())[:room]), **ours}
+        message = NewMessage(id=dlq_id(group, row.id), key=row.key, headers=headers,
+                             content_type=row.content_type, body=bytes(row.body),
+                             timestamp=int(time.time() * 1000))
+        name = dlq_topic_name(topic, self.settings.dlq_suffix)
+        if not self.router.owns(name):
+            self._publish_remote(name, message)
+            return
+        self.appender.append(self.topics.get(name, create=True), [message])
 
-    owner = node.owner_of(name)
-    url = node.router.url_of(owner) if hasattr(node.router, "url_of") else None
-    if not url:
-        raise Unavailable(f"no address known for node {owner}, owner of {name!r}")
-    headers = {"X-ToyMB-Forwarded": node.name}
-    if node.settings.cluster_token:
-        headers["X-ToyMB-Cluster-Token"] = node.settings.cluster_token
-    body = {"id": message.id, "key": message.key, "headers": message.headers,
-            "content_type": message.content_type, "timestamp": message.timestamp,
-            "body_base64": base64.b64encode(message.body).decode("ascii")}
-    answer = requests.post(f"{url.rstrip('/')}/v1/topics/{name}/messages", json=body, headers=headers,
-                           timeout=node.settings.forward_timeout_ms / 1000.0, allow_redirects=False)
-    if answer.status_code not in (200, 201):
-        raise Unavailable(f"owner {owner} refused the dead letter: {answer.status_code} {answer.text[:200]}")
+    def _publish_remote(self, name: str, message: NewMessage) -> None:
+        """Publish to the owner of ``name`` as a forwarded request (so it never travels further)."""
+        owner = self.router.owner_of(name)
+        url = self.router.url_of(owner)
+        if not url:
+            raise Unavailable(f"no address known for node {owner}, owner of {name!r}")
+        headers = {"X-ToyMB-Forwarded": self.me}
+        if self.settings.cluster_token:
+            headers["X-ToyMB-Cluster-Token"] = self.settings.cluster_token
+        body = {"id": message.id, "key": message.key, "headers": message.headers,
+                "content_type": message.content_type, "timestamp": message.timestamp,
+                "body_base64": base64.b64encode(message.body).decode("ascii")}
+        answer = requests.post(f"{url.rstrip('/')}/v1/topics/{name}/messages", json=body, headers=headers,
+                               timeout=self.settings.forward_timeout_ms / 1000.0, allow_redirects=False)
+        if answer.status_code not in (200, 201):
+            raise Unavailable(f"owner {owner} refused the dead letter: {answer.status_code} {answer.text[:200]}")

@@ -32,14 +32,20 @@ from typing import TYPE_CHECKING, Any
 from ..envelope import within
 from ..errors import BrokerError
 from ..store.groups import GroupStore, Subscriber
-from .deadletter import dead_letter
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .push import backoff_s, batch_body, compat_body, envelope_json
 from .pusher import Outcome, Pusher
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from collections.abc import Callable
+
+    from ..cluster.router import Router
+    from ..config import Settings
+    from ..metrics import Metrics
+    from ..store import Store
+    from ..topics import Topics
+    from .deadletter import DeadLetters
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +61,17 @@ class Dispatcher:
 
     ready = True
 
-    def __init__(self, node: Node, groups: GroupStore) -> None:
-        self.node = node
+    def __init__(self, settings: Settings, groups: GroupStore, topics: Topics, router: Router, store: Store,
+                 metrics: Metrics, push_addresses: Callable[[str], list[str]], dead_letters: DeadLetters) -> None:
         self.groups = groups
-        s = node.settings
-        self.settings = s
-        # Late-bound: security installs the allowlist after delivery, and every push asks it anew.
-        self.pusher = Pusher(s.push_timeout_ms, lambda url: node.push_addresses(url))
+        self.settings = settings
+        self.topics = topics
+        self.router = router
+        self.store = store
+        self.metrics = metrics
+        self.dead_letters = dead_letters
+        # Every push asks the allowlist anew, at connect time.
+        self.pusher = Pusher(settings.push_timeout_ms, push_addresses)
         self.offsets = OffsetCommitter(groups)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -148,7 +158,7 @@ class Dispatcher:
         at once; re-reading the rest, a few each tick, is only a safety net, so its cost does not
         grow with the number of idle groups.
         """
-        wanted = {pair for pair in self.groups.live_groups("push") if self.node.owns(pair[0])}
+        wanted = {pair for pair in self.groups.live_groups("push") if self.router.owns(pair[0])}
         with self._lock:
             for pair in list(self._state):
                 if pair not in wanted:
@@ -161,20 +171,20 @@ class Dispatcher:
             self._reload(topic, group)
 
     def _reload(self, topic: str, group: str) -> None:
-        if not self.node.owns(topic):
+        if not self.router.owns(topic):
             with self._lock:
                 self._state.pop((topic, group), None)
                 self._loaded_at.pop((topic, group), None)
             return
         try:
-            count = self.node.topic(topic).partitions
+            count = self.topics.get(topic).partitions
         except BrokerError:
             return
         at = int(time.time() * 1000)
         members = {m.id: m for m in self.groups.members(topic, group) if m.mode == "push" and m.live(at)}
         assignment = self.groups.assignment(topic, group)
         committed = self.groups.committed(topic, group)
-        ends = self.node.store.end_offsets(topic)
+        ends = self.store.end_offsets(topic)
         with self._lock:
             if not members:
                 self._state.pop((topic, group), None)
@@ -263,7 +273,7 @@ class Dispatcher:
     def _round(self, state: GroupLanes, target: Target) -> None:
         taken: list[int] = []
         try:
-            if self.node.owns(state.topic):
+            if self.router.owns(state.topic):
                 taken = self._take(state, target)
                 if taken:
                     self._push(state, target, taken)
@@ -358,7 +368,7 @@ class Dispatcher:
 
     def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int) -> None:
         self.offsets.add(state.topic, state.group, acked)
-        self.node.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
+        self.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
         with self._lock:
             for p, nxt in acked.items():
                 lane = state.lanes[p]
@@ -386,7 +396,7 @@ class Dispatcher:
                 lane = state.lanes[p]
                 lane.careful = True
                 if outcome.unreachable:
-                    self.node.metrics.push_retries.labels(state.topic, state.group).inc()
+                    self.metrics.push_retries.labels(state.topic, state.group).inc()
                     lane.not_before = now + backoff_s(target.unreachable_count, s.push_backoff_ms,
                                                       s.push_backoff_max_ms)
                     continue
@@ -394,11 +404,11 @@ class Dispatcher:
                 if lane.attempts >= s.push_max_attempts:
                     to_dead.append((p, row, outcome, lane.attempts))
                 else:
-                    self.node.metrics.push_retries.labels(state.topic, state.group).inc()
+                    self.metrics.push_retries.labels(state.topic, state.group).inc()
                     lane.not_before = now + backoff_s(lane.attempts, s.push_backoff_ms, s.push_backoff_max_ms)
         for p, row, outcome, attempts in to_dead:
             try:
-                dead_letter(self.node, state.topic, state.group, target.sub.id, row, outcome.reason, attempts)
+                self.dead_letters.send(state.topic, state.group, target.sub.id, row, outcome.reason, attempts)
                 self.groups.commit(state.topic, state.group, {p: row.offset + 1})
             except Exception as exc:  # noqa: BLE001 - retry the dead-lettering later, do not move on
                 log.warning("dead-lettering %s/%s offset %d failed: %s", state.topic, p, row.offset, exc)
@@ -406,7 +416,7 @@ class Dispatcher:
                     state.lanes[p].not_before = time.monotonic() + backoff_s(
                         state.lanes[p].attempts, s.push_backoff_ms, s.push_backoff_max_ms)
                 continue
-            self.node.metrics.dead_letters.labels(state.topic, state.group).inc()
+            self.metrics.dead_letters.labels(state.topic, state.group).inc()
             log.warning("dead-lettered %s partition %d offset %d for group %s after %d attempts: %s",
                         state.topic, p, row.offset, state.group, attempts, outcome.reason)
             with self._lock:
@@ -424,7 +434,7 @@ class Dispatcher:
                     state.topic, state.group)
         self.groups.revoke(target.sub.id)
         try:
-            count = self.node.topic(state.topic).partitions
+            count = self.topics.get(state.topic).partitions
         except BrokerError:
             return
         self.groups.rebalance(state.topic, count, state.group)

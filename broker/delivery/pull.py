@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequest, BrokerError, Conflict
 from ..store.groups import GroupStore
-from .deadletter import dead_letter
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..config import Settings
+    from ..longpoll import LongPolls
+    from ..metrics import Metrics
+    from ..store import Store
+    from .deadletter import DeadLetters
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +43,20 @@ class InFlight:
 class Fetcher:
     """Serves fetches and commits of pull subscribers for the topics this node owns."""
 
-    def __init__(self, node: Node, groups: GroupStore) -> None:
-        self.node = node
+    def __init__(self, settings: Settings, groups: GroupStore, store: Store, metrics: Metrics,
+                 long_polls: LongPolls, dead_letters: DeadLetters) -> None:
         self.groups = groups
-        self.settings = node.settings
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.dead_letters = dead_letters
         self._lock = threading.Lock()
         self._inflight: dict[tuple[str, str, int], InFlight] = {}
         # (topic, group, partition) -> (its committed head offset, how often that was fetched)
         self._head_fetches: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
-        self._long_polls = node.long_polls  # shared with the fetches this node forwards
+        self._long_polls = long_polls  # shared with the fetches this node forwards
 
     def on_commit(self, topic: str, partitions: set[int]) -> None:
         """Appender listener: wake the fetches waiting on ``topic``."""
@@ -107,7 +113,7 @@ class Fetcher:
         for p in worn:
             if self._dead_letter_head(topic, group, sid, p, heads[p]):
                 starts[p] = heads[p] + 1
-        rows = self.groups.read(topic, starts, limit, self.node.store.end_offsets(topic),
+        rows = self.groups.read(topic, starts, limit, self.store.end_offsets(topic),
                                 max_bytes=self.settings.fetch_max_bytes)
         last: dict[int, int] = {}
         for row in rows:
@@ -135,13 +141,13 @@ class Fetcher:
         if not found or found[0].offset != offset:
             return False  # gone (retention): the read starts at the next existing row anyway
         try:
-            dead_letter(self.node, topic, group, sid, found[0],
+            self.dead_letters.send(topic, group, sid, found[0],
                         f"fetched {attempts} times without a commit (pull_max_deliveries)", attempts)
         except (BrokerError, OSError) as exc:
             log.warning("dead-lettering %s/%d offset %d failed: %s", topic, partition, offset, exc)
             return False  # deliver it again rather than skip it
         self.groups.commit(topic, group, {partition: offset + 1})
-        self.node.metrics.dead_letters.labels(topic, group).inc()
+        self.metrics.dead_letters.labels(topic, group).inc()
         log.warning("dead-lettered %s partition %d offset %d for group %s after %d fetches without a commit",
                     topic, partition, offset, group, attempts)
         with self._lock:
@@ -160,14 +166,14 @@ class Fetcher:
         if foreign:
             raise Conflict(f"partitions {foreign} are not assigned to subscriber {sid!r}",
                            code="not_assigned", partitions=foreign, assigned=sorted(owned))
-        ends = self.node.store.end_offsets(topic)
+        ends = self.store.end_offsets(topic)
         beyond = sorted(p for p, o in offsets.items() if o >= ends.get(p, 0))
         if beyond:
             raise BadRequest(f"offsets of partitions {beyond} are past the end of the partition",
                              code="bad_offset", partitions=beyond)
         acknowledged = self.groups.commit(topic, group, {p: o + 1 for p, o in offsets.items()})
         if acknowledged:
-            self.node.metrics.deliveries.labels(topic, group, "pull").inc(acknowledged)
+            self.metrics.deliveries.labels(topic, group, "pull").inc(acknowledged)
         now = time.monotonic()
         with self._lock:
             for p, o in offsets.items():

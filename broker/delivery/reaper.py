@@ -12,7 +12,10 @@ from ..errors import BrokerError
 from ..store.groups import GroupStore, now_ms
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from ..cluster.router import Router
+    from ..config import Settings
+    from ..metrics import Metrics
+    from ..topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +35,15 @@ class Reaper:
 
     ready = True
 
-    def __init__(self, node: Node, groups: GroupStore, on_rebalance: Callable[[str, str], None]) -> None:
-        self.node = node
+    def __init__(self, settings: Settings, groups: GroupStore, topics: Topics, router: Router, metrics: Metrics,
+                 on_rebalance: Callable[[str, str], None]) -> None:
         self.groups = groups
+        self.topics = topics
+        self.router = router
+        self.metrics = metrics
         self.on_rebalance = on_rebalance
         # A quarter lease: a dead subscriber's partitions move within 1.25 lease periods.
-        self.interval = min(1.0, max(0.05, node.settings.subscriber_lease_ms / 4000.0))
+        self.interval = min(1.0, max(0.05, settings.subscriber_lease_ms / 4000.0))
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._published: set[str] = set()
@@ -90,10 +96,10 @@ class Reaper:
             pairs = self.groups.expired_between(self._reaped_to - _REAP_SLACK_MS, at)
         count = 0
         for topic, group in pairs:
-            if not self.node.owns(topic):
+            if not self.router.owns(topic):
                 continue
             try:
-                partitions = self.node.topic(topic).partitions
+                partitions = self.topics.get(topic).partitions
             except BrokerError:
                 continue
             self.groups.rebalance(topic, partitions, group)
@@ -114,6 +120,6 @@ class Reaper:
         if not changed and not everything:
             return  # idle groups cost nothing
         pairs = [(t, g) for t, g in self.groups.all_groups()
-                 if (everything or t in changed) and self.node.owns(t)]
+                 if (everything or t in changed) and self.router.owns(t)]
         for (topic, group), lag in self.groups.lags(pairs).items():
-            self.node.metrics.lag.labels(topic, group).set(lag)
+            self.metrics.lag.labels(topic, group).set(lag)

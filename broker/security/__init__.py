@@ -9,37 +9,25 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from typing import Any
 
 from flask import Flask, Response, g, request
 
-from ..api import ROUTES_EXTENSION
 from ..config import Settings
 from ..errors import BrokerError, ConfigError
+from ..metrics import Metrics
 from .allowlist import build as build_allowlist
 from .authz import Authorizer, subscriber_topic_lookup
 from .tokens import PUBLISH, parse_tokens
 
 log = logging.getLogger(__name__)
 
-__all__ = ["install", "check_bind"]
+__all__ = ["Authorizer", "build_allowlist", "caller_may_publish", "check_bind", "guard", "parse_tokens",
+           "subscriber_topic_lookup"]
 
 
-def install(app: Flask, node: Any) -> None:
-    """Guard every request of ``app`` and add the push allowlist and ``/openapi.json`` to ``node``.
-
-    Raises:
-        ConfigError: the ``tokens`` or ``push_allow`` setting is malformed.
-    """
-    settings = node.settings
-    tokens = parse_tokens(settings.tokens)
-    authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
-                            subscriber_topic=subscriber_topic_lookup(node.extensions["delivery"].groups),
-                            routes=app.extensions[ROUTES_EXTENSION])
-    allowlist = build_allowlist(settings.push_allow, loopback_only=authorizer.loopback_only)
-    node.push_addresses = allowlist.addresses
-    node.extensions["security"] = authorizer
-    failures = node.metrics.auth_failures
+def guard(app: Flask, authorizer: Authorizer, metrics: Metrics, settings: Settings) -> None:
+    """Check every request of ``app`` with ``authorizer`` before its handler runs."""
+    failures = metrics.auth_failures
 
     @app.before_request
     def authorize() -> None:
@@ -57,9 +45,9 @@ def install(app: Flask, node: Any) -> None:
 
     if authorizer.loopback_only:
         log.warning("SECURITY: no tokens configured (TOYMB_TOKENS): node %s serves only loopback clients "
-                    "(127.0.0.0/8, ::1) and pushes only to loopback URLs", node.name)
+                    "(127.0.0.0/8, ::1) and pushes only to loopback URLs", settings.node_name)
     else:
-        log.info("security: %d token(s), cluster token %s, push allowlist %s", len(tokens),
+        log.info("security: %d token(s), cluster token %s, push allowlist %s", len(authorizer.tokens),
                  "set" if settings.cluster_token else "unset", ", ".join(settings.push_allow) or "empty")
 
 

@@ -84,7 +84,7 @@ def test_a_claim_by_another_node_fences_appends_until_ownership_is_rechecked(app
 def test_a_node_whose_own_lease_lapsed_neither_serves_nor_appends(app: Flask) -> None:
     client = app.test_client()
     node = app.extensions["toymb"]
-    membership = node.extensions["cluster"].membership
+    membership = node.membership
     assert client.post("/v1/topics/orders/messages", json={"id": "m0", "body": 0}).status_code == 201
     assert node.owns("orders")
 
