@@ -98,6 +98,25 @@ def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05, wh
         time.sleep(interval)
 
 
+def wait_progressing(predicate: Any, progress: Any, *, stall: float, interval: float = 0.05,
+                     what: str = "condition") -> Any:
+    """Wait for ``predicate`` as long as ``progress()`` keeps changing: fail only after ``stall``
+    seconds without a change. For jobs whose speed depends on the machine's load (a JVM start, a
+    backlog), where a fixed deadline would fail a slow run instead of a stuck one."""
+    last = progress()
+    since = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return value
+        now = progress()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since > stall:
+            raise AssertionError(f"no progress for {stall}s while waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
 class NodeProcess:
     """A real ``toymb serve`` process on a loopback port."""
 

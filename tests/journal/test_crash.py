@@ -19,13 +19,24 @@ from broker.store.sql import Store
 from journal_spark.metrics import journal_lag
 from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
-from tests.support import free_port, wait_until
+from tests.support import free_port, wait_progressing, wait_until
 
 pytestmark = pytest.mark.slow
 
 
 def _numbers(folder: Path) -> list[int]:
     return [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+
+
+# A journal job that neither logs nor plans a batch for this long is stuck, not slow.
+STALL_S = 240
+
+
+def _progress(data: Path, checkpoint: Path) -> tuple[int, int, int]:
+    """What changes while a journal job starts and works: its log, its planned and done batches."""
+    log = data / "journal-job.log"
+    return (log.stat().st_size if log.exists() else 0, len(_numbers(checkpoint / "offsets")),
+            len(_numbers(checkpoint / "commits")))
 
 
 class JournalJob:
@@ -55,6 +66,9 @@ class JournalJob:
         self.log.close()
 
 
+# Only stops a hung run: each wait fails a job stalled for STALL_S, and on a loaded machine up to
+# 8 JVM starts may take long without stalling.
+@pytest.mark.timeout(1800)
 def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -82,8 +96,9 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
 
             # Spread the kills over the run: let the restarted job get a few batches further first.
             target = (where[-1][1] + rng.randint(1, 3)) if where else rng.randint(0, 2)
-            wait_until(lambda: in_flight(target), timeout=120, interval=0.02,  # noqa: B023
-                       what=f"batch {target} in flight")
+            # A loaded machine may take long to start the JVM; a job that does nothing for STALL_S is stuck.
+            wait_progressing(lambda: in_flight(target), lambda: _progress(data, checkpoint),  # noqa: B023
+                             stall=STALL_S, interval=0.02, what=f"batch {target} in flight")
             if not scraped:
                 scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             mode = rng.choice(["random", "staging", "pending"])
