@@ -16,6 +16,16 @@ AMQ_HEAP="${TOYMB_AMQ_HEAP:--Xmx512M}"
 CONF_DIR="$STATE_DIR/conf"
 DATA_DIR="$STATE_DIR/data"
 
+SVC_HOST="$AMQ_HOST"
+SVC_PORTS=("$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT")
+SVC_PORT_TIMEOUTS=(120 60)
+SVC_WHERE=": openwire $AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
+SVC_STATUS_WHERE=": openwire tcp://$AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
+SVC_NOT_READY="ports not open yet"
+SVC_START_FAILED="activemq did not come up (see $LOGFILE, $DATA_DIR/activemq.log)"
+SVC_STOP_TIMEOUT=60   # SIGTERM runs the JVM shutdown hook: connectors close, KahaDB is checkpointed.
+SVC_LOGS_FILE="$DATA_DIR/activemq.log"
+
 install() {
     if [[ ! -f "$AMQ_HOME/bin/activemq.jar" || ! -f "$AMQ_TEMPLATE/activemq.xml" ]]; then
         apt_ensure activemq
@@ -83,99 +93,19 @@ PY
     mv "$CONF_DIR/activemq.xml.tmp" "$CONF_DIR/activemq.xml"
 }
 
-ready() {
-    read_pid >/dev/null 2>&1 && port_open "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" && port_open "$AMQ_HOST" "$AMQ_STOMP_PORT"
+svc_launch() {
+    write_config
+    # shellcheck disable=SC2086
+    start_detached "$LOGFILE" java $AMQ_HEAP \
+        -Dorg.apache.activemq.UseDedicatedTaskRunner=true \
+        -Djava.awt.headless=true \
+        -Dlog4j.configuration="file:$CONF_DIR/log4j.properties" \
+        -Dactivemq.base="$STATE_DIR" \
+        -Dactivemq.home="$AMQ_HOME" \
+        -Dactivemq.conf="$CONF_DIR" \
+        -Dactivemq.data="$DATA_DIR" \
+        -Djava.io.tmpdir="$DATA_DIR/tmp" \
+        -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$CONF_DIR/activemq.xml"
 }
 
-do_start() {
-    with_lock
-    if ready; then
-        log "already running (pid $(read_pid)): openwire $AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
-        return 0
-    fi
-    install
-    local pid
-    if pid="$(read_pid)"; then
-        warn "pid $pid alive but ports not open yet; waiting"
-    else
-        local p
-        for p in "$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT"; do
-            if port_open "$AMQ_HOST" "$p"; then
-                port_in_use_msg "$p"
-                die "port $p is already in use by another process"
-            fi
-        done
-        write_config
-        # shellcheck disable=SC2086
-        start_detached "$LOGFILE" java $AMQ_HEAP \
-            -Dorg.apache.activemq.UseDedicatedTaskRunner=true \
-            -Djava.awt.headless=true \
-            -Dlog4j.configuration="file:$CONF_DIR/log4j.properties" \
-            -Dactivemq.base="$STATE_DIR" \
-            -Dactivemq.home="$AMQ_HOME" \
-            -Dactivemq.conf="$CONF_DIR" \
-            -Dactivemq.data="$DATA_DIR" \
-            -Djava.io.tmpdir="$DATA_DIR/tmp" \
-            -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$CONF_DIR/activemq.xml"
-        pid="$START_PID"
-    fi
-    if ! wait_for_port "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" 120 "$pid" \
-        || ! wait_for_port "$AMQ_HOST" "$AMQ_STOMP_PORT" 60 "$pid"; then
-        tail_log "$LOGFILE"
-        stop_pid "$pid" 10 || true
-        die "activemq did not come up (see $LOGFILE, $DATA_DIR/activemq.log)"
-    fi
-    log "started (pid $pid): openwire $AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
-}
-
-do_stop() {
-    with_lock
-    local pid
-    if ! pid="$(read_pid)"; then
-        rm -f "$PIDFILE"
-        log "not running"
-        return 0
-    fi
-    # SIGTERM runs the JVM shutdown hook: connectors close, KahaDB is checkpointed.
-    stop_pid "$pid" 60
-    wait_for_port_closed "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" 10 || true
-    rm -f "$PIDFILE"
-    log "stopped"
-}
-
-do_kill() {
-    with_lock
-    local pid
-    if ! pid="$(read_pid)"; then
-        rm -f "$PIDFILE"
-        log "not running"
-        return 0
-    fi
-    kill_pid "$pid"
-    rm -f "$PIDFILE"
-    log "killed (SIGKILL) pid $pid"
-}
-
-do_status() {
-    if ready; then
-        echo "activemq: running (pid $(read_pid)): openwire tcp://$AMQ_HOST:$AMQ_OPENWIRE_PORT, stomp $AMQ_HOST:$AMQ_STOMP_PORT"
-        return 0
-    fi
-    if read_pid >/dev/null 2>&1; then
-        echo "activemq: starting/unhealthy (pid $(read_pid)), ports not open"
-        return 1
-    fi
-    echo "activemq: stopped"
-    return 3
-}
-
-case "${1:-}" in
-    start) do_start ;;
-    stop) if [[ "${2:-}" == "--kill" ]]; then do_kill; else do_stop; fi ;;
-    kill) do_kill ;;
-    restart) "$0" stop && exec "$0" start ;;
-    status) do_status ;;
-    logs) tail -n "${2:-100}" "$DATA_DIR/activemq.log" ;;
-    install) install ;;
-    *) usage_generic "install"; exit 2 ;;
-esac
+svc_main "$@"

@@ -30,6 +30,21 @@ MAIN_BROKER=kafka.Kafka
 MAIN_STORAGE=kafka.tools.StorageTool
 MAIN_TOPICS=org.apache.kafka.tools.TopicCommand
 
+SVC_HOST="$KAFKA_HOST"
+SVC_PORTS=("$KAFKA_PORT")
+SVC_PORT_TIMEOUTS=(120)
+SVC_BIND_PORTS=("$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT")
+SVC_WHERE=" on $BOOTSTRAP"
+SVC_STARTED_NOTE=" (Kafka $KAFKA_VERSION)"
+SVC_STATUS_WHERE=" on $BOOTSTRAP (Kafka $KAFKA_VERSION)"
+SVC_NOT_READY="$BOOTSTRAP not open yet"
+SVC_START_FAILED="kafka did not come up on $BOOTSTRAP"
+SVC_FAIL_LOGS=("$LOGFILE" "$SERVER_LOG_DIR/server.log")
+SVC_LOGS_FILE="$SERVER_LOG_DIR/server.log"
+SVC_STOP_TIMEOUT=60   # SIGTERM = controlled shutdown (flushes logs, writes clean-shutdown marker).
+SVC_COMMANDS="classpath|create-topic NAME PARTITIONS|delete-topic NAME|list-topics|describe-topic NAME"
+LOG_OFFSET=""   # size of server.log before this start launched the broker
+
 # ---------------------------------------------------------------- install ---
 write_pom() {
     cat >"$STATE_DIR/pom.xml" <<EOF
@@ -195,116 +210,40 @@ format_storage() {
 }
 
 # ---------------------------------------------------------------- control ---
-ready() {
-    read_pid >/dev/null 2>&1 && port_open "$KAFKA_HOST" "$KAFKA_PORT"
+svc_launch() {
+    write_config
+    format_storage
+    LOG_OFFSET=0
+    [[ -f "$SERVER_LOG_DIR/server.log" ]] && LOG_OFFSET="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
+    # shellcheck disable=SC2086
+    start_detached "$LOGFILE" java $KAFKA_HEAP \
+        -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+        -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
+        -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
+        -Dkafka.logs.dir="$SERVER_LOG_DIR" \
+        -cp "$LIB_DIR/*" "$MAIN_BROKER" "$CONF_DIR/server.properties"
 }
 
-do_start() {
-    with_lock
-    if ready; then
-        log "already running (pid $(read_pid)) on $BOOTSTRAP"
-        return 0
-    fi
-    install
-    local pid
-    if pid="$(read_pid)"; then
-        warn "pid $pid alive but $BOOTSTRAP not open yet; waiting"
-    else
-        local p
-        for p in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
-            if port_open "$KAFKA_HOST" "$p"; then
-                port_in_use_msg "$p"
-                die "port $p is already in use by another process"
-            fi
-        done
-        write_config
-        format_storage
-        local log_offset=0
-        [[ -f "$SERVER_LOG_DIR/server.log" ]] && log_offset="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
-        # shellcheck disable=SC2086
-        start_detached "$LOGFILE" java $KAFKA_HEAP \
-            -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-            -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-            -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
-            -Dkafka.logs.dir="$SERVER_LOG_DIR" \
-            -cp "$LIB_DIR/*" "$MAIN_BROKER" "$CONF_DIR/server.properties"
-        pid="$START_PID"
-    fi
-    if ! wait_for_port "$KAFKA_HOST" "$KAFKA_PORT" 120 "$pid"; then
-        tail_log "$LOGFILE" "$SERVER_LOG_DIR/server.log"
-        stop_pid "$pid" 10 || true
-        die "kafka did not come up on $BOOTSTRAP"
-    fi
-    # The listener socket is bound before the broker has finished starting up;
-    # wait for the "started" line of this run as well.
-    if [[ -n "${log_offset:-}" ]]; then
-        local deadline=$((SECONDS + 90))
-        until tail -c "+$((log_offset + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null \
-                | grep -q 'Kafka Server started'; do
-            if ((SECONDS >= deadline)) || ! pid_alive "$pid"; then
-                tail_log "$LOGFILE" "$SERVER_LOG_DIR/server.log"
-                stop_pid "$pid" 10 || true
-                die "kafka did not finish starting (no 'Kafka Server started' in server.log)"
-            fi
-            sleep 0.3
-        done
-    fi
-    log "started (pid $pid) on $BOOTSTRAP (Kafka $KAFKA_VERSION)"
-}
-
-do_stop() {
-    with_lock
-    local pid
-    if ! pid="$(read_pid)"; then
-        rm -f "$PIDFILE"
-        log "not running"
-        return 0
-    fi
-    # SIGTERM = controlled shutdown (flushes logs, writes clean-shutdown marker).
-    stop_pid "$pid" 60
-    wait_for_port_closed "$KAFKA_HOST" "$KAFKA_PORT" 10 || true
-    rm -f "$PIDFILE"
-    log "stopped"
-}
-
-do_kill() {
-    with_lock
-    local pid
-    if ! pid="$(read_pid)"; then
-        rm -f "$PIDFILE"
-        log "not running"
-        return 0
-    fi
-    kill_pid "$pid"
-    rm -f "$PIDFILE"
-    log "killed (SIGKILL) pid $pid"
-}
-
-do_status() {
-    if ready; then
-        echo "kafka: running (pid $(read_pid)) on $BOOTSTRAP (Kafka $KAFKA_VERSION)"
-        return 0
-    fi
-    if read_pid >/dev/null 2>&1; then
-        echo "kafka: starting/unhealthy (pid $(read_pid)), $BOOTSTRAP not open"
-        return 1
-    fi
-    echo "kafka: stopped"
-    return 3
+# The listener socket is bound before the broker has finished starting up;
+# wait for the "started" line of this run as well.
+svc_after_ports() {
+    [[ -n "$LOG_OFFSET" ]] || return 0
+    local deadline=$((SECONDS + 90))
+    until tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null \
+            | grep -q 'Kafka Server started'; do
+        if ((SECONDS >= deadline)) || ! pid_alive "$1"; then
+            svc_start_failed "$1" "kafka did not finish starting (no 'Kafka Server started' in server.log)"
+        fi
+        sleep 0.3
+    done
 }
 
 need_running() {
-    ready || die "kafka is not running (services/kafka.sh start)"
+    svc_ready || die "kafka is not running (services/kafka.sh start)"
     [[ -f "$CONF_DIR/tools-log4j2.properties" ]] || write_config
 }
 
 case "${1:-}" in
-    start) do_start ;;
-    stop) if [[ "${2:-}" == "--kill" ]]; then do_kill; else do_stop; fi ;;
-    kill) do_kill ;;
-    restart) "$0" stop && exec "$0" start ;;
-    status) do_status ;;
-    logs) tail -n "${2:-100}" "$SERVER_LOG_DIR/server.log" ;;
     install) with_lock; install ;;
     classpath)
         if [[ ! -f "$LIB_MARKER" ]]; then with_lock; install; fi
@@ -329,5 +268,5 @@ case "${1:-}" in
         [[ $# -ge 2 ]] || die "usage: $0 describe-topic NAME"
         need_running
         run_java "$MAIN_TOPICS" --bootstrap-server "$BOOTSTRAP" --describe --topic "$2" ;;
-    *) usage_generic "classpath|create-topic NAME PARTITIONS|delete-topic NAME|list-topics|describe-topic NAME|install"; exit 2 ;;
+    *) svc_main "$@" ;;
 esac

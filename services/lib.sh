@@ -38,7 +38,7 @@ die()  { printf '[%s] ERROR: %s\n' "${SVC_NAME:-services}" "$*" >&2; exit 1; }
 # with_lock: take an exclusive lock for this service (released when the script exits).
 with_lock() {
     exec 9>"$STATE_DIR/.lock"
-    if ! flock -w "${1:-600}" 9; then
+    if ! flock -w 600 9; then
         die "could not take lock $STATE_DIR/.lock"
     fi
 }
@@ -90,14 +90,21 @@ wait_reaped() {
     return 0
 }
 
-# read_pid [FILE]: print the pid stored in FILE (default $PIDFILE) if that process is alive.
-read_pid() {
-    local f="${1:-$PIDFILE}" pid
-    [[ -s "$f" ]] || return 1
-    pid="$(head -n1 "$f" | tr -dc '0-9')"
+# pid_in_file FILE: print the pid on FILE's first line if that process is alive.
+pid_in_file() {
+    local pid
+    [[ -s "$1" ]] || return 1
+    pid="$(head -n1 "$1" | tr -dc '0-9')"
     pid_alive "$pid" || return 1
+    printf '%s\n' "$pid"
+}
+
+# read_pid: print the pid stored in $PIDFILE if that process is alive.
+read_pid() {
+    local pid
+    pid="$(pid_in_file "$PIDFILE")" || return 1
     # Guard against a stale pid file whose pid was reused by another program.
-    if [[ -n "${PID_MATCH:-}" && "$f" == "$PIDFILE" ]]; then
+    if [[ -n "${PID_MATCH:-}" ]]; then
         tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$PID_MATCH" || return 1
     fi
     printf '%s\n' "$pid"
@@ -170,23 +177,31 @@ start_detached() {
     START_PID="$pid"
 }
 
+# signal_group PID SIGNAL: send SIGNAL to PID's process group (falls back to the pid).
+signal_group() {
+    kill "-$2" -- "-$1" 2>/dev/null || kill "-$2" "$1" 2>/dev/null || true
+}
+
+# await_exit PID TIMEOUT_S: wait up to TIMEOUT_S until PID is gone (and reaped).
+await_exit() {
+    local pid="$1" deadline=$((SECONDS + $2))
+    while ((SECONDS < deadline)); do
+        pid_alive "$pid" || { wait_reaped "$pid"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
 # stop_pid PID TIMEOUT_S [SIGNAL]: send SIGNAL (default TERM) to the process group
 # (falls back to the pid), wait up to TIMEOUT_S, then SIGKILL.
 stop_pid() {
     local pid="$1" timeout_s="$2" sig="${3:-TERM}"
     pid_alive "$pid" || return 0
-    kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + timeout_s))
-    while ((SECONDS < deadline)); do
-        pid_alive "$pid" || { wait_reaped "$pid"; return 0; }
-        sleep 0.2
-    done
+    signal_group "$pid" "$sig"
+    await_exit "$pid" "$timeout_s" && return 0
     warn "pid $pid still alive after ${timeout_s}s, sending SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        pid_alive "$pid" || { wait_reaped "$pid"; return 0; }
-        sleep 0.1
-    done
+    signal_group "$pid" KILL
+    await_exit "$pid" 5 && return 0
     warn "pid $pid did not die"
     return 1
 }
@@ -195,11 +210,8 @@ stop_pid() {
 kill_pid() {
     local pid="$1"
     pid_alive "$pid" || return 0
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-        pid_alive "$pid" || { wait_reaped "$pid"; return 0; }
-        sleep 0.1
-    done
+    signal_group "$pid" KILL
+    await_exit "$pid" 10 && return 0
     warn "pid $pid did not die after SIGKILL"
     return 1
 }
@@ -210,4 +222,149 @@ usage_generic() {
 usage: $(basename "$0") start|stop|stop --kill|kill|restart|status|logs${1:+|$1}
   state dir: $STATE_DIR
 EOF
+}
+
+# ports_free HOST PORT...: die if another process already listens on one of the PORTs.
+ports_free() {
+    local host="$1" p
+    shift
+    for p in "$@"; do
+        if port_open "$host" "$p"; then
+            port_in_use_msg "$p"
+            die "port $p is already in use by another process"
+        fi
+    done
+}
+
+# ----------------------------------------------------------- service control ---
+# The commands every service has (start, stop, stop --kill, kill, restart, status,
+# logs, install). A service script sources lib.sh, calls svc_init, sets the
+# variables below, defines `install` and `svc_launch` (and overrides other hooks
+# where it differs), handles its own extra commands and passes the rest to
+# `svc_main "$@"`.
+
+SVC_HOST=127.0.0.1
+SVC_PORTS=()           # must all accept connections for the service to be ready; start waits for each in turn
+SVC_PORT_TIMEOUTS=()   # start's wait for each of SVC_PORTS, in seconds
+SVC_BIND_PORTS=()      # must be free before svc_launch (default: SVC_PORTS)
+SVC_WHERE=""           # after "(pid N)" in the "already running" and "started" lines
+SVC_STARTED_NOTE=""    # appended to the "started" line
+SVC_STATUS_WHERE=""    # after "(pid N)" in `status` when running (default: SVC_WHERE)
+SVC_NOT_READY="port not open yet"  # "pid N alive but <this>; waiting"; without " yet" in `status`
+SVC_PROC="pid"         # how the main process is called in messages ("postmaster" for postgres)
+SVC_START_FAILED=""    # error when the ports do not open in time
+SVC_FAIL_LOGS=()       # logs shown when start fails (default: LOGFILE)
+SVC_LOGS_FILE=""       # the file `logs` shows (default: LOGFILE)
+SVC_STOP_TIMEOUT=30    # seconds from SIGTERM to SIGKILL in stop
+SVC_COMMANDS=""        # the service's extra commands, for the usage text
+START_PID=""           # set by svc_launch (start_detached sets it)
+
+# Hooks, with their defaults. A service redefines them after sourcing lib.sh.
+# svc_pid: print the main pid if that process is alive.
+svc_pid() { read_pid; }
+# svc_ready: true when the process is alive and every one of SVC_PORTS is open.
+svc_ready() {
+    local p
+    svc_pid >/dev/null 2>&1 || return 1
+    for p in "${SVC_PORTS[@]}"; do
+        port_open "$SVC_HOST" "$p" || return 1
+    done
+}
+# svc_prepare: runs on start after install, before looking for a live process.
+svc_prepare() { :; }
+# svc_launch (no default; so is `install`): start the process (nothing of ours is
+# alive and the ports are free); set START_PID (start_detached does).
+# svc_after_ports PID: on start, once SVC_PORTS are open, before the "started" line.
+svc_after_ports() { :; }
+# svc_already_running: on start, when the service is already ready.
+svc_already_running() { :; }
+# svc_start_failed PID MESSAGE: show the logs, stop PID (if given) and die with MESSAGE.
+svc_start_failed() {
+    tail_log "${SVC_FAIL_LOGS[@]:-$LOGFILE}"
+    [[ -z "$1" ]] || stop_pid "$1" 10 || true
+    die "$2"
+}
+# svc_halt PID: graceful stop (SIGTERM to the process group, SIGKILL after
+# SVC_STOP_TIMEOUT), then wait until the first port is closed.
+svc_halt() {
+    stop_pid "$1" "$SVC_STOP_TIMEOUT"
+    wait_for_port_closed "$SVC_HOST" "${SVC_PORTS[0]}" 10 || true
+}
+# svc_sigkill PID: SIGKILL the process group and wait until it is gone.
+svc_sigkill() { kill_pid "$1"; }
+
+# svc_start: start the service unless it is ready already, wait until its ports are open.
+svc_start() {
+    with_lock
+    if svc_ready; then
+        svc_already_running
+        log "already running (pid $(svc_pid))$SVC_WHERE"
+        return 0
+    fi
+    install
+    svc_prepare
+    local pid i
+    if pid="$(svc_pid)"; then
+        warn "$SVC_PROC $pid alive but $SVC_NOT_READY; waiting"
+    else
+        ((${#SVC_BIND_PORTS[@]})) || SVC_BIND_PORTS=("${SVC_PORTS[@]}")
+        ports_free "$SVC_HOST" "${SVC_BIND_PORTS[@]}"
+        svc_launch
+        pid="$START_PID"
+    fi
+    # start_detached wrote it already; a process started otherwise (pg_ctl) gets it here.
+    echo "$pid" >"$PIDFILE"
+    for i in "${!SVC_PORTS[@]}"; do
+        wait_for_port "$SVC_HOST" "${SVC_PORTS[i]}" "${SVC_PORT_TIMEOUTS[i]}" "$pid" \
+            || svc_start_failed "$pid" "$SVC_START_FAILED"
+    done
+    svc_after_ports "$pid"
+    log "started (pid $pid)$SVC_WHERE$SVC_STARTED_NOTE"
+}
+
+# svc_stop [--kill]: stop the service gracefully (svc_halt), or SIGKILL it (svc_sigkill).
+svc_stop() {
+    with_lock
+    local pid msg="stopped"
+    if ! pid="$(svc_pid)"; then
+        rm -f "$PIDFILE"
+        log "not running"
+        return 0
+    fi
+    if [[ "${1:-}" == "--kill" ]]; then
+        svc_sigkill "$pid"
+        msg="killed (SIGKILL) $SVC_PROC $pid"
+    else
+        svc_halt "$pid"
+    fi
+    rm -f "$PIDFILE"
+    log "$msg"
+}
+
+# svc_status: exit 0 when running, 1 when the process is alive but not ready, 3 when stopped.
+svc_status() {
+    if svc_ready; then
+        echo "$SVC_NAME: running (pid $(svc_pid))${SVC_STATUS_WHERE:-$SVC_WHERE}"
+        return 0
+    fi
+    if svc_pid >/dev/null 2>&1; then
+        echo "$SVC_NAME: starting/unhealthy (pid $(svc_pid)), ${SVC_NOT_READY% yet}"
+        return 1
+    fi
+    echo "$SVC_NAME: stopped"
+    return 3
+}
+
+# svc_main COMMAND [ARGS...]: run one of the common commands.
+svc_main() {
+    case "${1:-}" in
+        start) svc_start ;;
+        stop) svc_stop "${2:-}" ;;
+        kill) svc_stop --kill ;;
+        restart) "$0" stop && exec "$0" start ;;
+        status) svc_status ;;
+        logs) tail -n "${2:-100}" "${SVC_LOGS_FILE:-$LOGFILE}" ;;
+        install) install ;;
+        *) usage_generic "${SVC_COMMANDS:+$SVC_COMMANDS|}install"; exit 2 ;;
+    esac
 }

@@ -16,6 +16,16 @@ PGDATA="$STATE_DIR/data"
 PG_DATABASES=(toymb toymb_test)
 PG_USER=postgres
 
+SVC_HOST="$PG_HOST"
+SVC_PORTS=("$PG_PORT")
+SVC_PORT_TIMEOUTS=(60)
+SVC_WHERE=" on $PG_HOST:$PG_PORT"
+SVC_STATUS_WHERE=" on $PG_HOST:$PG_PORT, url postgresql+psycopg://$PG_USER@$PG_HOST:$PG_PORT/toymb"
+SVC_PROC=postmaster
+SVC_NOT_READY="not ready"
+SVC_START_FAILED="postgres did not accept connections on $PG_HOST:$PG_PORT"
+SVC_COMMANDS="url|psql"
+
 # Run a command as the postgres OS user when we are root (initdb refuses root).
 as_pg() {
     if [[ $(id -u) -eq 0 ]]; then
@@ -25,9 +35,9 @@ as_pg() {
     fi
 }
 
-pg_pid() {
+svc_pid() {
     # First line of postmaster.pid is the postmaster's pid.
-    read_pid "$PGDATA/postmaster.pid"
+    pid_in_file "$PGDATA/postmaster.pid"
 }
 
 install() {
@@ -83,106 +93,67 @@ ensure_databases() {
     done
 }
 
-ready() {
-    pg_pid >/dev/null 2>&1 && port_open "$PG_HOST" "$PG_PORT" \
-        && "$PG_BIN/pg_isready" -q -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" -t 3 >/dev/null 2>&1
+pg_isready_cmd() {
+    "$PG_BIN/pg_isready" -q -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" -t 3
 }
 
-do_start() {
-    with_lock
-    if ready; then
-        ensure_databases
-        log "already running (pid $(pg_pid)) on $PG_HOST:$PG_PORT"
-        return 0
-    fi
-    install
+svc_ready() {
+    svc_pid >/dev/null 2>&1 && port_open "$PG_HOST" "$PG_PORT" && pg_isready_cmd >/dev/null 2>&1
+}
+
+svc_already_running() { ensure_databases; }
+
+svc_prepare() {
     init_cluster
     # A postmaster killed a moment ago may still be an unreaped zombie.
     if [[ -s "$PGDATA/postmaster.pid" ]]; then
         wait_reaped "$(head -n1 "$PGDATA/postmaster.pid" | tr -dc '0-9')" 10
     fi
-    if pg_pid >/dev/null 2>&1; then
-        warn "postmaster $(pg_pid) alive but not ready; waiting"
-    else
-        if port_open "$PG_HOST" "$PG_PORT"; then
-            port_in_use_msg "$PG_PORT"
-            die "port $PG_PORT is already in use by another process"
-        fi
-        touch "$LOGFILE"
-        [[ $(id -u) -eq 0 ]] && chown postgres:postgres "$LOGFILE"
-        # pg_ctl forks the postmaster into its own session; -l keeps its output.
-        if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$LOGFILE" -o "-p $PG_PORT" -s -w -t 60 start \
-                >"$STATE_DIR/pg_ctl.out" 2>&1 9>&-; then
-            cat "$STATE_DIR/pg_ctl.out" >&2
-            tail_log "$LOGFILE"
-            die "pg_ctl start failed"
-        fi
+}
+
+svc_launch() {
+    touch "$LOGFILE"
+    [[ $(id -u) -eq 0 ]] && chown postgres:postgres "$LOGFILE"
+    # pg_ctl forks the postmaster into its own session; -l keeps its output.
+    if ! as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$LOGFILE" -o "-p $PG_PORT" -s -w -t 60 start \
+            >"$STATE_DIR/pg_ctl.out" 2>&1 9>&-; then
+        cat "$STATE_DIR/pg_ctl.out" >&2
+        svc_start_failed "" "pg_ctl start failed"
     fi
-    local pid
-    pid="$(pg_pid)" || { tail_log "$LOGFILE"; die "postmaster not running after start"; }
-    echo "$pid" >"$PIDFILE"
-    if ! wait_for_port "$PG_HOST" "$PG_PORT" 60 "$pid"; then
-        tail_log "$LOGFILE"
-        die "postgres did not accept connections on $PG_HOST:$PG_PORT"
-    fi
+    START_PID="$(svc_pid)" || svc_start_failed "" "postmaster not running after start"
+}
+
+# A postmaster that does not get ready is left running (no stop_pid).
+svc_start_failed() {
+    tail_log "$LOGFILE"
+    die "$2"
+}
+
+svc_after_ports() {
     local deadline=$((SECONDS + 60))
-    until "$PG_BIN/pg_isready" -q -h "$PG_HOST" -p "$PG_PORT" -U "$PG_USER" -t 3; do
-        ((SECONDS < deadline)) || { tail_log "$LOGFILE"; die "postgres not ready"; }
+    until pg_isready_cmd; do
+        ((SECONDS < deadline)) || svc_start_failed "$1" "postgres not ready"
         sleep 0.3
     done
     ensure_databases
-    log "started (pid $pid) on $PG_HOST:$PG_PORT"
 }
 
-do_stop() {
-    with_lock
-    local pid
-    if ! pid="$(pg_pid)"; then
-        rm -f "$PIDFILE"
-        log "not running"
-        return 0
-    fi
-    # fast shutdown: disconnect clients, checkpoint, exit.
-    as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -s -m fast -w -t 60 stop 9>&- || stop_pid "$pid" 30
-    rm -f "$PIDFILE"
-    log "stopped"
+# fast shutdown: disconnect clients, checkpoint, exit.
+svc_halt() {
+    as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -s -m fast -w -t 60 stop 9>&- || stop_pid "$1" 30
 }
 
-do_kill() {
-    with_lock
-    local pid
-    if ! pid="$(pg_pid)"; then
-        log "not running"
-        return 0
-    fi
-    kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.1; done
-    wait_reaped "$pid" 10
+# SIGKILL the postmaster only (not its process group, unlike the other services).
+svc_sigkill() {
+    kill -KILL "$1" 2>/dev/null || true
+    await_exit "$1" 10 || true
     # Backends notice postmaster death and exit by themselves; give them a moment.
     local deadline=$((SECONDS + 10))
     while ((SECONDS < deadline)) && pgrep -u postgres -f -- "-D $PGDATA" >/dev/null 2>&1; do sleep 0.2; done
-    rm -f "$PIDFILE"
-    log "killed (SIGKILL) postmaster $pid"
-}
-
-do_status() {
-    if ready; then
-        echo "postgres: running (pid $(pg_pid)) on $PG_HOST:$PG_PORT, url postgresql+psycopg://$PG_USER@$PG_HOST:$PG_PORT/toymb"
-        return 0
-    fi
-    echo "postgres: stopped"
-    return 3
 }
 
 case "${1:-}" in
-    start) do_start ;;
-    stop) if [[ "${2:-}" == "--kill" ]]; then do_kill; else do_stop; fi ;;
-    kill) do_kill ;;
-    restart) "$0" stop && exec "$0" start ;;
-    status) do_status ;;
-    logs) tail -n "${2:-100}" "$LOGFILE" ;;
     url) echo "postgresql+psycopg://$PG_USER@$PG_HOST:$PG_PORT/${2:-toymb}" ;;
     psql) shift; psql_cmd -d toymb "$@" ;;
-    install) install ;;
-    *) usage_generic "url|psql|install"; exit 2 ;;
+    *) svc_main "$@" ;;
 esac
