@@ -259,6 +259,23 @@ class Template:
             stored.extend(Coordinates.from_json(item) for item in answer["messages"])
         return stored
 
+    def publish_encoded(self, topic: str, messages: Sequence[Mapping[str, Any]], *,
+                        timeout: Timeout | None = None) -> list[dict[str, Any]]:
+        """Publish messages already in the broker's wire form (``id``, ``key``, ``headers``,
+        ``content_type``, ``body`` or ``body_base64``, ``timestamp``) as one batch, and return the
+        broker's answer for each: ``{id, topic, partition, offset, duplicate}``.
+
+        For bridges and tools that move stored messages (ids and timestamps kept), where
+        :meth:`send_batch` would encode the bodies again.
+
+        Raises:
+            ToyMBError: see :mod:`driver.errors`.
+        """
+        answer = self._json("POST", _path("v1", "topics", topic, "messages"),
+                            payload={"messages": list(messages)}, timeout=timeout)
+        answers: list[dict[str, Any]] = answer["messages"]
+        return answers
+
     # -- topics and groups ----------------------------------------------------------------------
 
     def create_topic(self, topic: str, partitions: int | None = None) -> dict[str, Any]:

@@ -23,8 +23,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import requests
 from tqdm import tqdm
+
+from driver import Template
+from driver.errors import HTTPStatusError, TransportError
 
 from .errors import ReplayError
 
@@ -104,33 +106,31 @@ class Publisher:
 
     def __init__(self, url: str, topic: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.endpoint = f"{url.rstrip('/')}/v1/topics/{topic}/messages"
-        self.session = requests.Session()
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
-        self.timeout = timeout
+        self.topic = topic
+        # The driver's client, with no retries of its own: this loop decides what is retried.
+        self.template = Template(url, token=token, timeout=timeout, retries=0)
 
     def send(self, messages: list[dict[str, Any]]) -> tuple[int, int]:
         """Publish ``messages``; returns (newly stored, duplicates)."""
         error = ""
         for attempt in range(RETRIES):
             try:
-                response = self.session.post(self.endpoint, json={"messages": messages}, timeout=self.timeout)
-            except requests.RequestException as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                answers = self.template.publish_encoded(self.topic, messages)
+            except HTTPStatusError as exc:
+                if (exc.status_code or 500) < 500:
+                    raise ReplayError(f"{self.endpoint} refused the messages ({exc.status_code}): "
+                                      f"{exc.response.text[:300] if exc.response is not None else exc}") from None
+                error = str(exc)[:300]
+            except TransportError as exc:
+                error = f"{type(exc).__name__}: {str(exc)[:300]}"
             else:
-                if response.status_code in (200, 201):
-                    answers = response.json()["messages"]
-                    dups = sum(1 for a in answers if a.get("duplicate"))
-                    return len(answers) - dups, dups
-                if response.status_code < 500:
-                    raise ReplayError(f"{self.endpoint} refused the messages ({response.status_code}): "
-                                      f"{response.text[:300]}")
-                error = f"HTTP {response.status_code}: {response.text[:200]}"
+                dups = sum(1 for a in answers if a.get("duplicate"))
+                return len(answers) - dups, dups
             time.sleep(min(5.0, 0.2 * 2 ** attempt))   # same ids, so retrying is safe
         raise ReplayError(f"cannot publish to {self.endpoint} after {RETRIES} attempts: {error}")
 
     def close(self) -> None:
-        self.session.close()
+        self.template.close()
 
 
 def replay(journal_dir: str | Path, topic: str, to_url: str, *, to_topic: str | None = None,

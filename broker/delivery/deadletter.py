@@ -8,8 +8,10 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-import requests
+from driver import Template
+from driver.errors import ToyMBError
 
+from ..cluster.forward import CLUSTER_TOKEN_HEADER, FORWARDED_HEADER
 from ..envelope import NewMessage
 from ..errors import Unavailable
 
@@ -52,8 +54,8 @@ class DeadLetters:
         The dead-letter topic may be owned by another node of the cluster; then it is published there.
 
         Raises:
-            BrokerError: the append failed (the caller retries later and does not move on).
-            requests.RequestException: the owner of the dead-letter topic could not be reached.
+            BrokerError: the append failed, here or on the owner (the caller retries later and does
+                not move on).
         """
         ours = {
             "toymb.dlq.reason": reason[:1024],
@@ -84,13 +86,16 @@ class DeadLetters:
         url = self.router.url_of(owner)
         if not url:
             raise Unavailable(f"no address known for node {owner}, owner of {name!r}")
-        headers = {"X-ToyMB-Forwarded": self.me}
-        if self.settings.cluster_token:
-            headers["X-ToyMB-Cluster-Token"] = self.settings.cluster_token
         body = {"id": message.id, "key": message.key, "headers": message.headers,
                 "content_type": message.content_type, "timestamp": message.timestamp,
                 "body_base64": base64.b64encode(message.body).decode("ascii")}
-        answer = requests.post(f"{url.rstrip('/')}/v1/topics/{name}/messages", json=body, headers=headers,
-                               timeout=self.settings.forward_timeout_ms / 1000.0, allow_redirects=False)
-        if answer.status_code not in (200, 201):
-            raise Unavailable(f"owner {owner} refused the dead letter: {answer.status_code} {answer.text[:200]}")
+        # The driver's client, as a forwarded node-to-node call: the owner serves it and never
+        # sends it further; this node's caller retries.
+        with Template(url, timeout=self.settings.forward_timeout_ms / 1000.0, retries=0) as owner_client:
+            owner_client.session.headers[FORWARDED_HEADER] = self.me
+            if self.settings.cluster_token:
+                owner_client.session.headers[CLUSTER_TOKEN_HEADER] = self.settings.cluster_token
+            try:
+                owner_client.publish_encoded(name, [body])
+            except ToyMBError as exc:
+                raise Unavailable(f"owner {owner} did not take the dead letter: {str(exc)[:300]}") from None

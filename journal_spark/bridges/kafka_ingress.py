@@ -24,8 +24,10 @@ import threading
 import time
 from typing import Any
 
-import requests
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from driver import Template
+from driver.errors import HTTPStatusError, TransportError
 
 from ..routes import (
     CONTENT_TYPE_HEADER,
@@ -80,11 +82,9 @@ class KafkaIngress:
             self.producer = Producer({**conf, "enable.idempotence": True, "acks": "all",
                                       "on_delivery": self._on_dead_letter})
         self._dlq_errors: list[str] = []
-        self.http = requests.Session()
-        token = token or opts.get("token") or os.environ.get("TOYMB_TOKEN")
-        if token:
-            self.http.headers["Authorization"] = f"Bearer {token}"
-        self.url = f"{route.broker_url}/v1/topics/{route.dest_topic}/messages"
+        # The driver's client, with no retries of its own: _publish decides what is retried.
+        self.broker = Template(route.broker_url, token=token or opts.get("token") or os.environ.get("TOYMB_TOKEN"),
+                               timeout=30.0, retries=0)
 
     def run(self, stop: threading.Event, *, idle_exit_s: float | None = None) -> None:
         """Move records until ``stop`` is set (or nothing came for ``idle_exit_s``)."""
@@ -185,15 +185,16 @@ class KafkaIngress:
         delay, deadline = 0.2, time.monotonic() + RETRY_LIMIT_S
         while True:
             try:
-                resp = self.http.post(self.url, json={"messages": messages}, timeout=30)
-                if resp.status_code in (200, 201):
-                    return
-                if resp.status_code < 500 and resp.status_code not in (408, 429):
+                self.broker.publish_encoded(self.route.dest_topic, messages)
+                return
+            except HTTPStatusError as exc:
+                status = exc.status_code or 500
+                if status < 500 and status not in (408, 429):
                     raise HardFailure(f"ingress {self.route.name}: the broker refused the batch for "
-                                      f"{self.route.dest_topic}: {resp.status_code} {resp.text[:300]}")
-                problem = f"{resp.status_code} {resp.text[:200]}"
-            except requests.RequestException as exc:
-                problem = str(exc)
+                                      f"{self.route.dest_topic}: {str(exc)[:300]}") from None
+                problem = str(exc)[:200]
+            except TransportError as exc:
+                problem = str(exc)[:300]
             if stop.is_set() or time.monotonic() > deadline:
                 # Not committed: the next run re-consumes these records, and their ids dedupe.
                 raise HardFailure(f"ingress {self.route.name}: broker at {self.route.broker_url} "

@@ -27,7 +27,8 @@ import time
 from collections import deque
 from typing import Any
 
-import requests
+from driver import Template
+from driver.errors import HTTPStatusError, TransportError
 
 from ..routes import CONTENT_TYPE_HEADER, ORIGIN_HEADER
 from .config import IngressConfig, describe
@@ -60,9 +61,8 @@ class JmsIngress:
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._http = requests.Session()
-        if config.token:
-            self._http.headers["Authorization"] = f"Bearer {config.token}"
+        # The driver's client, with no retries of its own: _post decides what is retried.
+        self._broker = Template(config.broker_url, token=config.token, timeout=30.0, retries=0)
 
     # ----------------------------------------------------------------------------- control
     def start(self) -> None:
@@ -260,27 +260,31 @@ class JmsIngress:
         return message
 
     def _publish(self, messages: list[dict[str, Any]]) -> None:
-        """POST the batch; 4xx for the batch means a bad message, so each is then tried alone."""
-        url = f"{self.config.broker_url}/v1/topics/{self.config.dest_topic}/messages"
-        status = self._post(url, {"messages": messages})
-        if status < 400:
+        """Publish the batch; 4xx for the batch means a bad message, so each is then tried alone."""
+        if self._post(messages):
             return
         for message in messages:
-            if self._post(url, message) >= 400:
+            if not self._post([message]):
                 self._aborted(1, f"the broker refused message {message.get('id') or '(no id)'}")
 
-    def _post(self, url: str, payload: dict[str, Any]) -> int:
+    def _post(self, messages: list[dict[str, Any]]) -> bool:
+        """True when stored; False when the broker refused the messages themselves (a 4xx about them).
+
+        Raises:
+            PublishFailed: the broker cannot take them now, or refuses this bridge (retried later).
+        """
+        topic = self.config.dest_topic
         try:
-            response = self._http.post(url, json=payload, timeout=30)
-        except requests.RequestException as exc:
-            raise PublishFailed(f"cannot publish to {url}: {type(exc).__name__}") from None
-        if response.status_code >= 500 or response.status_code in (401, 403, 404, 408, 429):
-            raise PublishFailed(f"publishing to {url}: HTTP {response.status_code} {response.text[:200]}")
-        if response.status_code >= 400:
-            log.warning(
-                "JMS ingress %s: HTTP %d: %s", self.config.name, response.status_code, response.text[:300]
-            )
-        return int(response.status_code)
+            self._broker.publish_encoded(topic, messages)
+        except HTTPStatusError as exc:
+            status = exc.status_code or 500
+            if status >= 500 or status in (401, 403, 404, 408, 429):
+                raise PublishFailed(f"publishing to {topic}: {str(exc)[:300]}") from None
+            log.warning("JMS ingress %s: %s", self.config.name, str(exc)[:300])
+            return False
+        except TransportError as exc:
+            raise PublishFailed(f"cannot publish to {topic}: {type(exc).__name__}") from None
+        return True
 
 
 def _b64(data: bytes) -> str:
