@@ -12,7 +12,7 @@ from .envelope import Limits, NewMessage, decode_body, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
 
 if TYPE_CHECKING:
-    from .appender import Appender
+    from .appender import Appender, Stored
     from .config import Settings
     from .metrics import Metrics
     from .topics import Topics
@@ -86,6 +86,20 @@ class Publisher:
         started = time.perf_counter()
         check_name(topic_name)
         messages, is_batch = self.parse_payload(payload)
+        stored = self.append(topic_name, messages)
+        self.metrics.publish_latency.observe(time.perf_counter() - started)
+        self.metrics.publish_requests.labels("ok").inc()
+        new = sum(1 for s in stored if not s.duplicate)
+        status = 201 if new else 200
+        if is_batch:
+            return status, {"messages": [dict(s.coordinates(), duplicate=s.duplicate) for s in stored]}
+        return status, dict(stored[0].coordinates(), duplicate=stored[0].duplicate)
+
+    def append(self, topic_name: str, messages: list[NewMessage]) -> list[Stored]:
+        """Enrich validated ``messages``, store them in ``topic_name`` (created on first use), count them.
+
+        The path of every message a node stores: published over HTTP, or dead-lettered.
+        """
         messages = self.enrich(topic_name, messages)
         topic = self.topics.get(topic_name, create=True)
         stored = self.appender.append(topic, messages)
@@ -94,9 +108,4 @@ class Publisher:
         metrics.published.inc(new)
         if new < len(stored):
             metrics.duplicates.inc(len(stored) - new)
-        metrics.publish_latency.observe(time.perf_counter() - started)
-        metrics.publish_requests.labels("ok").inc()
-        status = 201 if new else 200
-        if is_batch:
-            return status, {"messages": [dict(s.coordinates(), duplicate=s.duplicate) for s in stored]}
-        return status, dict(stored[0].coordinates(), duplicate=stored[0].duplicate)
+        return stored

@@ -65,7 +65,7 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
     tokens = parse_tokens(settings.tokens)
     loopback_only = not tokens and not settings.allow_remote
     allowlist = build_allowlist(settings.push_allow, loopback_only=loopback_only)
-    dead_letters = DeadLetters(settings, me.name, topics, appender, router)
+    dead_letters = DeadLetters(settings, me.name, publisher, router)
     delivery = Delivery(settings, store, topics, router, metrics, long_polls, allowlist.addresses, dead_letters)
     for listener in (delivery.dispatcher.on_commit, delivery.fetcher.on_commit, delivery.reaper.on_commit):
         appender.subscribe(listener)

@@ -16,10 +16,9 @@ from ..envelope import NewMessage
 from ..errors import Unavailable
 
 if TYPE_CHECKING:
-    from ..appender import Appender
     from ..cluster.router import Router
     from ..config import Settings
-    from ..topics import Topics
+    from ..publish import Publisher
 
 _MAX_NAME = 200
 _MAX_ID = 256
@@ -41,11 +40,10 @@ def dlq_id(group: str, original_id: str) -> str:
 class DeadLetters:
     """Appends what a group could not deliver to the dead-letter topic, on whichever node owns it."""
 
-    def __init__(self, settings: Settings, me: str, topics: Topics, appender: Appender, router: Router) -> None:
+    def __init__(self, settings: Settings, me: str, publisher: Publisher, router: Router) -> None:
         self.settings = settings
         self.me = me
-        self.topics = topics
-        self.appender = appender
+        self.publisher = publisher
         self.router = router
 
     def send(self, topic: str, group: str, subscriber_id: str, row: Any, reason: str, attempts: int) -> None:
@@ -78,7 +76,7 @@ class DeadLetters:
         if not self.router.owns(name):
             self._publish_remote(name, message)
             return
-        self.appender.append(self.topics.get(name, create=True), [message])
+        self.publisher.append(name, [message])
 
     def _publish_remote(self, name: str, message: NewMessage) -> None:
         """Publish to the owner of ``name`` as a forwarded request (so it never travels further)."""

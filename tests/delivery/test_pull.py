@@ -155,3 +155,29 @@ def test_a_message_fetched_too_often_without_a_commit_is_dead_lettered_and_the_p
 def fetch_all(live: LiveNode, topic: str) -> list[dict[str, Any]]:
     sid = live.subscribe(topic, "inspect", mode="pull", start="earliest")["subscriber_id"]
     return fetch(live, topic, "inspect", sid, max=100)
+
+
+def test_a_dead_letter_takes_the_publish_path_enrichers_and_metrics_included(tmp_path: Path) -> None:
+    """The dead-letter topic's own enricher runs, and the dead letter is counted as a stored message."""
+    live = LiveNode(tmp_path, pull_max_deliveries=1,
+                    enriching_topics=("crashy.dlq=tests.delivery.test_enrichers:Upper",))
+    try:
+        sid = live.subscribe("crashy", "w", mode="pull", start="earliest")["subscriber_id"]
+        live.publish("crashy", [{"id": "poison", "key": "k", "body": "boom", "content_type": "text/plain"}])
+        def published() -> float:
+            return float(live.node.metrics.registry.get_sample_value("toymb_published_messages_total") or 0)
+
+        before = published()
+        assert [e["id"] for e in fetch(live, "crashy", "w", sid, max=10)] == ["poison"]
+        # Never committed: the next fetch dead-letters it (one delivery allowed) and moves on.
+        def dead_lettered() -> bool:
+            fetch(live, "crashy", "w", sid, max=10)
+            return "crashy.dlq" in {t.name for t in live.node.store.list_topics()}
+
+        wait_until(dead_lettered, timeout=20, what="the dead letter")
+        dead = fetch_all(live, "crashy.dlq")
+        assert [(e["id"], e["body"]) for e in dead] == [("w:poison", "BOOM")]
+        assert dead[0]["headers"]["enriched-by"] == "upper"
+        assert published() == before + 1
+    finally:
+        live.close()
