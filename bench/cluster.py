@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
 from broker.cluster.ownership import Member, owner
 from broker.node import node_id
-from broker.store.schema import metadata
+from broker.store import Store
 from broker.store.sql import normalize_url
 
 PG_URL = os.environ.get("TOYMB_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:15432/toymb")
@@ -56,9 +56,9 @@ def _database() -> str | None:
               "run services/postgres.sh start")
         return None
     own = url.set(database=BENCH_DB).render_as_string(hide_password=False)
-    engine = create_engine(own)
-    metadata.drop_all(engine)
-    engine.dispose()
+    store = Store(own)
+    store.drop_schema()
+    store.dispose()
     return own
 
 

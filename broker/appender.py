@@ -19,7 +19,7 @@ from typing import Any
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
 from .partitioning import partition_for
-from .store import AppendTransaction, Store, Topic
+from .store import AppendTx, MessageStore, Store, Topic
 from .store.errors import STORE_REFUSED_VALUE
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # NotOwner when this node may no longer write the topic (cluster fencing). It returns something
 # when it claimed the topic: then the writer drops its cached offsets of the topic before assigning
 # any, and runs what was returned once the transaction committed (the claim is believed from then).
-FenceCheck = Callable[[AppendTransaction, str], Callable[[], None] | None]
+FenceCheck = Callable[[AppendTx, str], Callable[[], None] | None]
 CommitListener = Callable[[str, set[int]], None]
 
 
@@ -66,7 +66,7 @@ def _store_error(exc: Exception) -> BrokerError:
 class Appender:
     """The single writer of a node's message rows."""
 
-    def __init__(self, store: Store, *, max_rows: int = 5000, fence: FenceCheck | None = None) -> None:
+    def __init__(self, store: MessageStore, *, max_rows: int = 5000, fence: FenceCheck | None = None) -> None:
         self.store = store
         self.max_rows = max_rows
         self.fence = fence
@@ -196,7 +196,7 @@ class Appender:
                 except Exception:
                     log.exception("commit listener failed")
 
-    def _assign(self, txn: AppendTransaction, batch: list[_Request]
+    def _assign(self, txn: AppendTx, batch: list[_Request]
                 ) -> tuple[dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int]]:
         by_topic: dict[str, list[str]] = {}
         for request in batch:

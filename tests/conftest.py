@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import create_engine, text
 
 from broker.app import create_app
+from broker.store import Store
 from broker.store.sql import normalize_url
 from tests.delivery.support import Receiver
 from tests.support import NodeProcess, need_service, own_database, worker_name
@@ -47,11 +48,9 @@ def pg_available() -> bool:
 
 def reset_pg(url: str) -> None:
     """Drop every toymb table, so a test starts from an empty database."""
-    from broker.store.schema import metadata
-
-    engine = create_engine(normalize_url(url))
-    metadata.drop_all(engine)
-    engine.dispose()
+    store = Store(url)
+    store.drop_schema()
+    store.dispose()
 
 
 @pytest.fixture

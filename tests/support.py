@@ -52,6 +52,13 @@ def own_database(pg_url: str, database: str) -> str:
     return url.set(database=database).render_as_string(hide_password=False)
 
 
+def stored_messages(store: Any, topic: str | None = None) -> list[Any]:
+    """Every message row of ``topic`` (default: of every topic), through the store's own reads."""
+    topics = [store.get_topic(topic)] if topic is not None else store.list_topics()
+    return [row for t in topics if t is not None for p in range(t.partitions)
+            for row in store.read_range(t.name, p, 0, 1 << 30)]
+
+
 def need_service(available: bool, what: str) -> None:
     """Skip when a service is missing, except under CI=true where that is a failure."""
     if available:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import NotOwner
-from ..store import AppendTransaction
+from ..store import AppendTx
 
 if TYPE_CHECKING:
     from .router import Router
@@ -60,7 +60,7 @@ class Fence:
         with self._lock:
             return self._epochs.get(topic)
 
-    def __call__(self, txn: AppendTransaction, topic: str) -> Callable[[], None] | None:
+    def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None:
         """Check (or claim) ``topic`` inside the append transaction ``txn``.
 
         Returns what to run once that transaction has committed when it claimed the topic (the

@@ -106,6 +106,10 @@ class Store:
                 log.debug("create_schema retry: %s", exc)
                 time.sleep(0.2 * (attempt + 1))
 
+    def drop_schema(self) -> None:
+        """Drop every table of the broker (tests and benchmarks start from an empty database)."""
+        schema.metadata.drop_all(self.engine)
+
     def ping(self) -> bool:
         try:
             with self.engine.connect() as conn:

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select
 
-from broker.store.schema import messages
+from broker.store import Store
 from journal_spark.jms.stompclient import Frame, StompClient
-from tests.support import ROOT, NodeProcess, free_port, need_service, port_open
+from tests.support import ROOT, NodeProcess, free_port, need_service, port_open, stored_messages
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -99,12 +98,11 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
 
 def stored(node: NodeProcess, topic: str) -> list[dict[str, Any]]:
     """Every message of ``topic`` in the node's SQLite store (id, key, headers, content type, body)."""
-    engine = create_engine(f"sqlite:///{node.data_dir / 'toymb.db'}")
+    store = Store(f"sqlite:///{node.data_dir / 'toymb.db'}")
     try:
-        with engine.connect() as conn:
-            rows = conn.execute(select(messages).where(messages.c.topic == topic)).all()
+        rows = stored_messages(store, topic)
     finally:
-        engine.dispose()
+        store.dispose()
     return [{"id": r.id, "key": r.key, "headers": json.loads(r.headers), "content_type": r.content_type,
              "body": bytes(r.body), "offset": r.offset, "partition": r.partition} for r in rows]
 

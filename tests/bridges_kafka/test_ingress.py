@@ -16,13 +16,11 @@ from typing import Any
 import pytest
 import requests
 from confluent_kafka import Producer
-from sqlalchemy import select
 
 from broker.partitioning import partition_for
-from broker.store.schema import messages
-from broker.store.sql import open_engine
+from broker.store import Store
 from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, routes_file
-from tests.support import NodeProcess, wait_until
+from tests.support import NodeProcess, stored_messages, wait_until
 
 pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.timeout(300)]
 
@@ -55,14 +53,11 @@ def _produce(topic: str, start: int, count: int) -> None:
 
 
 def _stored(db: Path, topic: str) -> list[Any]:
-    engine = open_engine(f"sqlite:///{db}", pooled=False)
+    store = Store(f"sqlite:///{db}")
     try:
-        with engine.connect() as conn:
-            c = messages.c
-            return list(conn.execute(select(c.id, c.partition, c.key, c.headers, c.content_type, c.body)
-                                     .where(c.topic == topic)))
+        return stored_messages(store, topic)
     finally:
-        engine.dispose()
+        store.dispose()
 
 
 @pytest.mark.slow

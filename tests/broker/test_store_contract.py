@@ -1,29 +1,46 @@
-"""One contract for the store, run on SQLite and on PostgreSQL."""
+"""One contract for the message store, run on its in-memory twin, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+
+import pytest
 
 from broker.appender import Appender
 from broker.envelope import NewMessage, render_row
 from broker.partitioning import partition_for
-from broker.store import Store
+from broker.store import MessageStore, open_store
+from tests.conftest import PG_URL, reset_pg
+from tests.support import need_service
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, pg_available: bool) -> str:
+    """Each contract test runs on the in-memory twin, on SQLite and on PostgreSQL."""
+    if request.param == "memory":
+        return f"memory://{tmp_path}"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'toymb.db'}"
+    need_service(pg_available, "PostgreSQL (services/postgres.sh)")
+    reset_pg(PG_URL)
+    return PG_URL
 
 
 def _msg(i: int, key: str | None = None, body: bytes = b"x") -> NewMessage:
     return NewMessage(f"id-{i}", key, {"h": str(i)}, "application/octet-stream", body)
 
 
-def _open(url: str) -> tuple[Store, Appender]:
-    store = Store(url)
+def _open(url: str) -> tuple[MessageStore, Appender]:
+    store = open_store(url)
     store.create_schema()
     appender = Appender(store, max_rows=500)
     appender.start()
     return store, appender
 
 
-def test_topic_registry(database_url: str) -> None:
-    store, appender = _open(database_url)
+def test_topic_registry(store_url: str) -> None:
+    store, appender = _open(store_url)
     try:
         topic, created = store.ensure_topic("orders", 7)
         assert created and topic.partitions == 7
@@ -38,8 +55,8 @@ def test_topic_registry(database_url: str) -> None:
         store.dispose()
 
 
-def test_append_assigns_dense_offsets_per_partition_and_reads_back(database_url: str) -> None:
-    store, appender = _open(database_url)
+def test_append_assigns_dense_offsets_per_partition_and_reads_back(store_url: str) -> None:
+    store, appender = _open(store_url)
     try:
         topic, _ = store.ensure_topic("t", 4)
         stored = appender.append(topic, [_msg(i, key=f"k{i % 3}", body=bytes([i % 256]) * 10) for i in range(60)])
@@ -63,8 +80,8 @@ def test_append_assigns_dense_offsets_per_partition_and_reads_back(database_url:
         store.dispose()
 
 
-def test_same_id_is_stored_once(database_url: str) -> None:
-    store, appender = _open(database_url)
+def test_same_id_is_stored_once(store_url: str) -> None:
+    store, appender = _open(store_url)
     try:
         topic, _ = store.ensure_topic("t", 3)
         first = appender.append(topic, [_msg(1), _msg(1), _msg(2)])
@@ -81,8 +98,8 @@ def test_same_id_is_stored_once(database_url: str) -> None:
         store.dispose()
 
 
-def test_concurrent_appends_share_commits_and_stay_dense(database_url: str) -> None:
-    store, appender = _open(database_url)
+def test_concurrent_appends_share_commits_and_stay_dense(store_url: str) -> None:
+    store, appender = _open(store_url)
     try:
         topic, _ = store.ensure_topic("t", 2)
         results: list[list[int]] = []
@@ -108,13 +125,13 @@ def test_concurrent_appends_share_commits_and_stay_dense(database_url: str) -> N
         store.dispose()
 
 
-def test_a_new_writer_continues_after_the_last_offset(database_url: str) -> None:
-    store, appender = _open(database_url)
+def test_a_new_writer_continues_after_the_last_offset(store_url: str) -> None:
+    store, appender = _open(store_url)
     topic, _ = store.ensure_topic("t", 1)
     appender.append(topic, [_msg(i) for i in range(5)])
     appender.stop()
     store.dispose()
-    store2, appender2 = _open(database_url)
+    store2, appender2 = _open(store_url)
     try:
         stored = appender2.append(topic, [_msg(10)])
         assert stored[0].offset == 5

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from sqlalchemy import create_engine, text
 
 from broker.cluster.ownership import Member, owner
 from broker.node import node_id
-from broker.store.schema import metadata
-from tests.support import NodeProcess, own_database, wait_until, worker_name
+from broker.store import Store
+from tests.support import NodeProcess, own_database, stored_messages, wait_until, worker_name
 
 NAMES = ("toymb-1", "toymb-2", "toymb-3")
 LEASE_MS = 2000
@@ -33,9 +32,9 @@ def private_database(pg_url: str) -> str:
     seconds here must not have their tables dropped under them.
     """
     own = own_database(pg_url, CLUSTER_DB)
-    engine = create_engine(own)
-    metadata.drop_all(engine)
-    engine.dispose()
+    store = Store(own)
+    store.drop_schema()
+    store.dispose()
     return own
 
 
@@ -56,7 +55,7 @@ class Cluster:
                "TOYMB_PUSH_BACKOFF_MS": "50", "TOYMB_PUSH_BACKOFF_MAX_MS": "500", "TOYMB_THREADS": "16",
                **(extra_env or {})}
         self.nodes = {n: NodeProcess(base / n, name=n, env=env, database_url=database_url) for n in NAMES}
-        self.engine = create_engine(database_url)
+        self.store = Store(database_url)
 
     def start(self) -> Cluster:
         for node in self.nodes.values():
@@ -70,7 +69,7 @@ class Cluster:
         for node in self.nodes.values():
             node.signal(signal.SIGCONT)  # a frozen node cannot hear SIGTERM
             node.stop()
-        self.engine.dispose()
+        self.store.dispose()
 
     def url(self, name: str) -> str:
         return self.nodes[name].url
@@ -92,17 +91,12 @@ class Cluster:
     # -- SQL views of what happened -----------------------------------------------------------
 
     def rows(self, topic: str) -> list[tuple[int, int, str]]:
-        with self.engine.connect() as conn:
-            query = text('SELECT "partition", "offset", id FROM toymb_messages WHERE topic = :t')
-            result = conn.execute(query, {"t": topic})
-            return [(int(p), int(o), str(i)) for p, o, i in result]
+        return [(r.partition, r.offset, r.id) for r in stored_messages(self.store, topic)]
 
     def topic_row(self, topic: str) -> tuple[str | None, int]:
-        with self.engine.connect() as conn:
-            row = conn.execute(text("SELECT owner, epoch FROM toymb_topics WHERE name = :t"),
-                               {"t": topic}).first()
+        row = self.store.get_topic(topic)
         assert row is not None, f"topic {topic} was never created"
-        return row[0], int(row[1])
+        return row.owner, row.epoch
 
     def assert_dense(self, topic: str) -> None:
         """Offsets 0..n-1 in every partition, every id once, and next_offset matching the rows."""
@@ -112,9 +106,7 @@ class Cluster:
         by_partition: dict[int, list[int]] = {}
         for p, o, _ in rows:
             by_partition.setdefault(p, []).append(o)
-        with self.engine.connect() as conn:
-            query = text('SELECT "partition", next_offset FROM toymb_partitions WHERE topic = :t')
-            ends: dict[int, int] = {int(p): int(n) for p, n in conn.execute(query, {"t": topic})}
+        ends = self.store.end_offsets(topic)
         for p, offsets in by_partition.items():
             assert sorted(offsets) == list(range(len(offsets))), f"partition {p} has gaps: {sorted(offsets)}"
             assert ends[p] == len(offsets), f"partition {p}: next_offset {ends[p]} but {len(offsets)} rows"

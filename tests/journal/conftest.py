@@ -16,6 +16,7 @@ import pytest
 from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.store.sql import Store
+from tests.support import stored_messages
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -61,15 +62,10 @@ def fill_store(url: str, topics: dict[str, tuple[int, int]], seed: int = 7) -> S
 
 def store_rows(store: Store) -> dict[str, dict[str, Any]]:
     """Every stored message by id, as raw column values."""
-    from sqlalchemy import select
-
-    from broker.store.schema import messages
-
-    with store.engine.connect() as conn:
-        return {r.id: {"topic": r.topic, "partition": r.partition, "offset": r.offset, "key": r.key,
-                       "headers": json.loads(r.headers), "content_type": r.content_type,
-                       "body": bytes(r.body), "timestamp": r.timestamp}
-                for r in conn.execute(select(messages))}
+    return {r.id: {"topic": r.topic, "partition": r.partition, "offset": r.offset, "key": r.key,
+                   "headers": json.loads(r.headers), "content_type": r.content_type,
+                   "body": bytes(r.body), "timestamp": r.timestamp}
+            for r in stored_messages(store)}
 
 
 def journal_rows(journal_dir: Path) -> list[dict[str, Any]]:

@@ -7,12 +7,10 @@ import time
 from pathlib import Path
 
 import requests
-from sqlalchemy import select
 
 from broker.store.journal import JournalStore
-from broker.store.schema import journal_offsets, messages
 from broker.store.sql import Store
-from tests.support import NodeProcess, wait_until
+from tests.support import NodeProcess, stored_messages, wait_until
 
 HOUR_MS = 3_600_000
 
@@ -28,23 +26,18 @@ def _publish(url: str, topic: str, partitions: int, old: int, young: int) -> Non
 
 
 def _remaining(store: Store, topic: str) -> dict[int, set[int]]:
-    query = select(messages.c.partition, messages.c.offset).where(messages.c.topic == topic)
-    with store.engine.connect() as conn:
-        found: dict[int, set[int]] = {}
-        for p, o in conn.execute(query):
-            found.setdefault(p, set()).add(o)
-        return found
+    found: dict[int, set[int]] = {}
+    for row in stored_messages(store, topic):
+        found.setdefault(row.partition, set()).add(row.offset)
+    return found
 
 
 def _offsets_by_age(store: Store, topic: str) -> dict[int, tuple[set[int], set[int]]]:
     """Per partition: (offsets of old messages, offsets of young ones)."""
     cutoff = int(time.time() * 1000) - HOUR_MS
-    query = (select(messages.c.partition, messages.c.offset, messages.c.timestamp)
-             .where(messages.c.topic == topic))
     result: dict[int, tuple[set[int], set[int]]] = {}
-    with store.engine.connect() as conn:
-        for p, o, ts in conn.execute(query):
-            result.setdefault(p, (set(), set()))[0 if ts < cutoff else 1].add(o)
+    for row in stored_messages(store, topic):
+        result.setdefault(row.partition, (set(), set()))[0 if row.timestamp < cutoff else 1].add(row.offset)
     return result
 
 
@@ -104,6 +97,5 @@ def test_retention_keeps_unjournaled_unconsumed_and_young_messages(tmp_path: Pat
             len(s) for t in wanted for s in wanted[t].values())
         assert f"toymb_retention_deleted_total {float(deleted)}" in metrics
         # Reading past the deleted rows still works for a group.
-        with store.engine.connect() as conn:
-            assert conn.execute(select(journal_offsets)).all()
+        assert JournalStore.of(store).journaled_offsets()
         store.dispose()
