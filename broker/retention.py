@@ -17,13 +17,13 @@ node only cleans the topics it owns.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
+from .background import Worker
 from .store.journal import JournalStore
 
 if TYPE_CHECKING:
@@ -44,8 +44,7 @@ class Retention:
         self.retention_ms = settings.retention_ms
         self.interval = settings.retention_interval_ms / 1000
         self.batch = settings.retention_batch
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("toymb-retention", self._loop)
         try:
             self.deleted = Counter("toymb_retention_deleted", "Message rows deleted by retention",
                                    registry=metrics.registry)
@@ -53,21 +52,16 @@ class Retention:
             self.deleted = metrics.registry._names_to_collectors["toymb_retention_deleted_total"]  # type: ignore[assignment]
 
     def start(self) -> None:
-        if self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="toymb-retention", daemon=True)
-            self._thread.start()
+        if not self._worker.running:
+            self._worker.start()
             log.info("retention on: rows older than %d ms once journaled and acknowledged",
                      self.retention_ms)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._worker.stopping.wait(self.interval):
             try:
                 self.run_once()
             except Exception:
@@ -78,7 +72,7 @@ class Retention:
         cutoff = (now_ms if now_ms is not None else int(time.time() * 1000)) - self.retention_ms
         total = 0
         for topic in self.store.list_topics():
-            if self._stop.is_set():
+            if self._worker.stopping.is_set():
                 break
             if not self.owns(topic.name):
                 continue
@@ -99,7 +93,7 @@ class Retention:
         if low is None:
             return 0
         deleted = 0
-        while low < limit and not self._stop.is_set():
+        while low < limit and not self._worker.stopping.is_set():
             high = min(limit, low + self.batch)
             count = journal.delete_expired(topic, partition, low, high, cutoff)
             deleted += count

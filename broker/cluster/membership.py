@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import requests
 
+from ..background import Worker
 from ..config import Settings
 from ..store.cluster import ClusterStore, LastBeat, NodeRow
 from .forward import CLUSTER_TOKEN_HEADER
@@ -67,9 +68,7 @@ class Membership:
         self._view_listeners: list[ViewListener] = []
         self._lease_deadline = 0.0  # monotonic time at which our own lease lapses
         self._lapsed = True  # our lease lapsed since the view was loaded (or nothing loaded yet)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("toymb-membership", self._run)
         self._started_ms = int(time.time() * 1000)
         self._registered = False
 
@@ -82,20 +81,14 @@ class Membership:
                         self.settings.heartbeat_ms, self.settings.node_lease_ms)
         self.tick()
         self._joined = True
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="toymb-membership", daemon=True)
-        self._thread.start()
+        self._worker.start()
         if self.settings.peers:
             threading.Thread(target=self._check_peers, name="toymb-peers", daemon=True).start()
 
     def stop(self) -> None:
         """Stop heartbeating and mark this node dead, so the others take over at once."""
         self._joined = False
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop()
         self._lease_deadline = 0.0
         try:
             self.cluster_store.mark_gone(self.me.id)
@@ -113,7 +106,7 @@ class Membership:
 
     def wake(self) -> None:
         """Reload the live set now instead of at the next heartbeat."""
-        self._wake.set()
+        self._worker.wake.set()
 
     def lease_fresh(self) -> bool:
         """Whether our own lease is current and the view was loaded after it was renewed."""
@@ -122,10 +115,10 @@ class Membership:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
+        while not self._worker.stopping.is_set():
+            self._worker.wake.wait(self.interval)
+            self._worker.wake.clear()
+            if self._worker.stopping.is_set():
                 return
             try:
                 self.tick()
@@ -193,7 +186,7 @@ class Membership:
         deadline = time.monotonic() + max(30.0, self.lease * 5)
         token = self.settings.cluster_token
         headers = {CLUSTER_TOKEN_HEADER: token} if token else {}
-        while pending and not self._stop.is_set() and time.monotonic() < deadline:
+        while pending and not self._worker.stopping.is_set() and time.monotonic() < deadline:
             for url in sorted(pending):
                 try:
                     answer = requests.get(url + "/v1/cluster", headers=headers, timeout=2).json()
@@ -211,6 +204,6 @@ class Membership:
                     pending.discard(url)
                 else:
                     self.peer_status[url] = "checking"
-            self._stop.wait(min(1.0, self.interval))
+            self._worker.stopping.wait(min(1.0, self.interval))
         for url in pending:
             log.warning("peer %s did not answer at startup", url)

@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from ..background import Worker
 from ..envelope import within
 from ..errors import BrokerError
 from ..store.groups import GroupStore, Subscriber
@@ -75,9 +76,7 @@ class Dispatcher:
         self.offsets = OffsetCommitter(groups)
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("toymb-dispatcher", self._run)
         self._state: dict[tuple[str, str], GroupLanes] = {}
         self._stale: set[tuple[str, str]] = set()
         self._loaded_at: dict[tuple[str, str], float] = {}
@@ -89,19 +88,13 @@ class Dispatcher:
     # -- service ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._stopping.clear()
         self.offsets.start()
         self._pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
                                         thread_name_prefix="toymb-push")
-        self._thread = threading.Thread(target=self._run, name="toymb-dispatcher", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -121,18 +114,18 @@ class Dispatcher:
                             lane.dirty = True
                             if lane.holder is not None:
                                 self._consider((topic, group.group, lane.holder))
-        self._wake.set()
+        self._worker.wake.set()
 
     def invalidate(self, topic: str, group: str) -> None:
         """Reload a group from SQL now (its members or assignment changed)."""
         with self._lock:
             self._stale.add((topic, group))
-        self._wake.set()
+        self._worker.wake.set()
 
     # -- scheduling ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self._worker.stopping.is_set():
             try:
                 now = time.monotonic()
                 if now >= self._refresh_at:
@@ -148,8 +141,8 @@ class Dispatcher:
                 log.exception("dispatcher round failed")
                 due = time.monotonic() + 1.0
             timeout = min(due, self._refresh_at) - time.monotonic()
-            self._wake.wait(max(0.001, timeout))
-            self._wake.clear()
+            self._worker.wake.wait(max(0.001, timeout))
+            self._worker.wake.clear()
 
     def _refresh_all(self) -> None:
         """Load groups that became pushable here, drop gone ones, and re-read a few of the others.
@@ -288,7 +281,7 @@ class Dispatcher:
                     state.lanes[p].busy = False
                 target.busy = False
                 self._consider((state.topic, state.group, target.sub.id))
-            self._wake.set()
+            self._worker.wake.set()
 
     def _take(self, state: GroupLanes, target: Target) -> list[int]:
         """Mark this round's lanes busy: the careful ones one at a time, the others together."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from ..background import Worker
 from ..store.groups import GroupStore
 
 log = logging.getLogger(__name__)
@@ -26,22 +27,14 @@ class OffsetCommitter:
         self.groups = groups
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], dict[int, int]] = {}
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("toymb-offsets", self._run)
 
     def start(self) -> None:
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="toymb-offsets", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
         """Write what is pending, then stop."""
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop()
         self.flush()
 
     def add(self, topic: str, group: str, next_offsets: dict[int, int]) -> None:
@@ -50,7 +43,7 @@ class OffsetCommitter:
             for p, n in next_offsets.items():
                 if n > pending.get(p, -1):
                     pending[p] = n
-        self._wake.set()
+        self._worker.wake.set()
 
     def flush(self) -> bool:
         """Write every pending commit now; False when some could not be written (they stay pending)."""
@@ -69,8 +62,8 @@ class OffsetCommitter:
         return not failed
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.wait()
-            self._wake.clear()
+        while not self._worker.stopping.is_set():
+            self._worker.wake.wait()
+            self._worker.wake.clear()
             if not self.flush():
-                self._stopping.wait(_RETRY_S)
+                self._worker.stopping.wait(_RETRY_S)

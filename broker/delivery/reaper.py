@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..background import Worker
 from ..errors import BrokerError
 from ..store.groups import GroupStore, now_ms
 
@@ -44,25 +44,19 @@ class Reaper:
         self.on_rebalance = on_rebalance
         # A quarter lease: a dead subscriber's partitions move within 1.25 lease periods.
         self.interval = min(1.0, max(0.05, settings.subscriber_lease_ms / 4000.0))
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("toymb-reaper", self._run)
         self._published: set[str] = set()
         self._reaped_to: int | None = None  # leases that ended before this were handled
 
     def start(self) -> None:
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name="toymb-reaper", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        self._worker.stop()
 
     def _run(self) -> None:
         next_lag = next_full_lag = next_purge = next_full_reap = 0.0
-        while not self._stopping.wait(self.interval):
+        while not self._worker.stopping.wait(self.interval):
             try:
                 now = time.monotonic()
                 everything = now >= next_full_reap

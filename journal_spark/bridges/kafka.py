@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
 from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
+from .sink import RouteSink, describe_row
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)
@@ -62,15 +63,13 @@ def check_topics(admin: AdminClient, topics: Iterable[str], where: str) -> None:
                           f"(routes file {where})")
 
 
-class KafkaSink:
+class KafkaSink(RouteSink):
     """The journal sink of every route whose destination is a Kafka topic."""
 
     name = SINK_NAME
 
     def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
-        self.routes = routes
-        self.start = routes.start
-        self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
+        super().__init__(routes, telemetry)
         self.transactional_id = f"toymb-{routes.bridge_id}-kafka"
         self.conf: dict[str, Any] = routes.kafka_config()
         self.admin = AdminClient(_admin_conf(self.conf))
@@ -189,21 +188,10 @@ class KafkaSink:
         raise HardFailure(f"the Kafka producer queue stayed full for a minute while producing to {topic}")
 
     def _soft_failure(self, row: Any, route: Route, exc: DataError) -> None:
-        where = f"message {row['id']} ({row['topic']}/{row['partition']}@{row['offset']}), route {route.name}"
-        self.telemetry.failed(self.name, exc.reason)
-        policy = self.routes.on_error
-        if policy == "fail":
-            raise DataError(exc.reason, f"{where}: {exc}; routing.on-error=fail stops the bridge "
-                                        "(set skip or dead-letter to go on)") from None
-        if policy == "skip":
-            log.warning("skipped %s: %s", where, exc)
+        headers = self.dead_letter_headers(row, route, exc, str(self.routes.dead_letter_topic))
+        if headers is None:
             return
-        log.warning("dead-lettered %s to %s: %s", where, self.routes.dead_letter_topic, exc)
-        headers = row_headers(row)
-        headers.update({"toymb.dlq.reason": exc.reason, "toymb.dlq.error": str(exc)[:1000],
-                        "toymb.dlq.route": route.name, "toymb.dlq.destination": route.destination.name,
-                        "toymb.dlq.source": f"{row['topic']}/{row['partition']}/{row['offset']}",
-                        "toymb.dlq.id": str(row["id"]), "jmsbridge.origin": self.routes.bridge_id})
+        where = describe_row(row, route)
         body = row["body"]
         value = bytes(body) if body is not None else None
         if value is not None and len(value) > 900_000:

@@ -27,6 +27,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ..bridges.sink import RouteSink
+from ..bridges.telemetry import BridgeTelemetry
 from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
 from .config import stomp_settings
 from .errors import JmsConnectionError
@@ -45,17 +47,13 @@ def destination_of(route: Route) -> str:
     return f"/{kind}/{route.destination.name}"
 
 
-class JmsSink:
+class JmsSink(RouteSink):
     """The journal sink of every route with a JMS destination (one STOMP connection)."""
 
     name = SINK_NAME
 
-    def __init__(self, routes: Routes, telemetry: Any | None = None) -> None:
-        from ..bridges.telemetry import BridgeTelemetry
-
-        self.routes = routes
-        self.start = routes.start
-        self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
+    def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
+        super().__init__(routes, telemetry)
         self.stomp = stomp_settings(routes.settings)
         settings = routes.settings
         self.chunk = max(1, int(settings.get("jms.egress.chunk", "1000")))
@@ -228,21 +226,9 @@ class JmsSink:
 
     def _soft_failure(self, row: Any, route: Route, exc: DataError) -> tuple[str, OutFrame] | None:
         """``routing.on-error``: raise (fail), None (skip), or the dead letter to send in the transaction."""
-        where = f"message {row['id']} ({row['topic']}/{row['partition']}@{row['offset']}), route {route.name}"
-        self.telemetry.failed(self.name, exc.reason)
-        policy = self.routes.on_error
-        if policy == "fail":
-            raise DataError(exc.reason, f"{where}: {exc}; routing.on-error=fail stops the bridge "
-                                        "(set skip or dead-letter to go on)") from None
-        if policy == "skip":
-            log.warning("skipped %s: %s", where, exc)
+        headers = self.dead_letter_headers(row, route, exc, f"the JMS queue {self.routes.dead_letter_topic}")
+        if headers is None:
             return None
-        log.warning("dead-lettered %s to the JMS queue %s: %s", where, self.routes.dead_letter_topic, exc)
-        headers = row_headers(row)
-        headers.update({"toymb.dlq.reason": exc.reason, "toymb.dlq.error": str(exc)[:1000],
-                        "toymb.dlq.route": route.name, "toymb.dlq.destination": route.destination.name,
-                        "toymb.dlq.source": f"{row['topic']}/{row['partition']}/{row['offset']}",
-                        "toymb.dlq.id": str(row["id"]), "jmsbridge.origin": self.routes.bridge_id})
         headers.pop("jmsbridge.hops", None)
         body = row["body"]
         return (f"/queue/{self.routes.dead_letter_topic}",

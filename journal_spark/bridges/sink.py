@@ -1,0 +1,51 @@
+"""What every bridge sink of the journal shares: its routes, its telemetry, ``routing.on-error``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..routes import DataError, Route, Routes, row_headers
+from .telemetry import BridgeTelemetry
+
+log = logging.getLogger(__name__)
+
+
+def describe_row(row: Any, route: Route) -> str:
+    """A journaled row and its route, for logs and errors."""
+    return f"message {row['id']} ({row['topic']}/{row['partition']}@{row['offset']}), route {route.name}"
+
+
+class RouteSink:
+    """A journal sink serving some of the routes of one routes file."""
+
+    name: str
+
+    def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
+        self.routes = routes
+        self.start = routes.start
+        self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
+
+    def dead_letter_headers(self, row: Any, route: Route, exc: DataError, where_to: str) -> dict[str, str] | None:
+        """``routing.on-error`` for a row its route cannot carry: raise (fail), None (skip), or the
+        headers of its dead letter (dead-letter), which say why and where it came from.
+
+        Raises:
+            DataError: the policy is ``fail``.
+        """
+        where = describe_row(row, route)
+        self.telemetry.failed(self.name, exc.reason)
+        policy = self.routes.on_error
+        if policy == "fail":
+            raise DataError(exc.reason, f"{where}: {exc}; routing.on-error=fail stops the bridge "
+                                        "(set skip or dead-letter to go on)") from None
+        if policy == "skip":
+            log.warning("skipped %s: %s", where, exc)
+            return None
+        log.warning("dead-lettered %s to %s: %s", where, where_to, exc)
+        headers = row_headers(row)
+        headers.update({"toymb.dlq.reason": exc.reason, "toymb.dlq.error": str(exc)[:1000],
+                        "toymb.dlq.route": route.name, "toymb.dlq.destination": route.destination.name,
+                        "toymb.dlq.source": f"{row['topic']}/{row['partition']}/{row['offset']}",
+                        "toymb.dlq.id": str(row["id"]), "jmsbridge.origin": self.routes.bridge_id})
+        return headers
