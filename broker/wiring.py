@@ -8,7 +8,7 @@ Who calls whom (every edge is a constructor argument, typed)::
     ClusterStore        Forwarder (to the owner)      Appender ──fence──▶ Fence ──▶ Router
                                                           │
     Publisher ──▶ Topics, Appender                        └──commits──▶ Dispatcher, Fetcher, Reaper
-    Delivery: GroupStore, Dispatcher ─▶ Pusher (allowlist), Fetcher, Reaper, DeadLetters ─▶ Appender | owner
+    Delivery: GroupStore, Dispatcher ─▶ Pusher (allowlist), Fetcher, Reaper, DeadLetters ─▶ Publisher | owner
     Authorizer ──▶ Routes, GroupStore (a subscriber's topic), TokenTable
     Retention ──▶ Store, JournalStore
 
