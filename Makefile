@@ -40,15 +40,19 @@ services:
 services-stop:
 	bash services/all.sh stop
 
-# Services start in the background while the venv installs; then every checker, then the suite in
-# parallel (pytest-xdist). No test restarts a shared service, so workers cannot disturb each other;
-# the slowest tests are listed at the end, pass or fail.
+# Services start in the background while the venv installs; then every checker, while the Spark
+# JVM's class archive is built beside them (journal_spark/jvm_archive.py; kept in .services); then
+# the suite in parallel (pytest-xdist). No test restarts a shared service, so workers cannot disturb
+# each other; the slowest tests are listed at the end, pass or fail.
 test:
 	@mkdir -p .services; bash services/all.sh start >.services/start.log 2>&1 & services=$$!; \
 	$(MAKE) --no-print-directory install; installed=$$?; \
 	wait $$services; started=$$?; cat .services/start.log; \
 	[[ $$installed == 0 && $$started == 0 ]] || { echo "make test: setup failed" >&2; exit 1; }
-	$(MAKE) --no-print-directory lint
+	@$(BIN)/python -m journal_spark.jvm_archive build .services >.services/jvm-archive.log 2>&1 & archive=$$!; \
+	$(MAKE) --no-print-directory lint; linted=$$?; \
+	wait $$archive || echo "make test: no JVM class archive (see .services/jvm-archive.log); Spark starts slower" >&2; \
+	[[ $$linted == 0 ]]
 	$(BIN)/pytest $(PYTEST_ARGS) -n $(PYTEST_WORKERS) --durations=30
 
 # Every checker `make test` enforces: ruff (rules in pyproject.toml), mypy --strict on every package.

@@ -14,14 +14,18 @@ from sqlalchemy import create_engine, text
 from broker.app import create_app
 from broker.store import Store
 from broker.store.sql import normalize_url
+from journal_spark.jvm_archive import archive_path, java_options
 from tests.delivery.support import Receiver
-from tests.support import NodeProcess, need_service, own_database, worker_name
+from tests.support import ROOT, NodeProcess, need_service, own_database, worker_name
 
 # The JVMs the tests start (Spark's above all) live for seconds, not hours: C1 alone and the serial
 # collector spend about 30% less CPU on a start than the default tiered C2 and G1, and CPU is what a
-# parallel run on 2 cores is short of. It changes how fast Java runs, never what it does. (Spark's
-# rare java.io.OptionalDataException in a fresh job's first tasks was seen with and without C1.)
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# parallel run on 2 cores is short of. `make test` also builds a class-data-sharing archive of the
+# journal's JVM first (journal_spark/jvm_archive.py), which halves a Spark start's CPU again. Both
+# change how fast Java starts and runs, never what it does. (Spark's rare
+# java.io.OptionalDataException in a fresh job's first tasks was seen with and without C1.)
+JVM_ARCHIVE = archive_path(Path(os.environ.get("TOYMB_SERVICES_DIR", ROOT / ".services")))
+os.environ.setdefault("JDK_JAVA_OPTIONS", java_options(JVM_ARCHIVE))
 
 # The server's database (created by services/postgres.sh); each xdist worker works in its own copy.
 SERVER_PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:15432/toymb_test")
