@@ -40,19 +40,21 @@ services:
 services-stop:
 	bash services/all.sh stop
 
-# Services start in the background while the venv installs; then every checker, while the Spark
-# JVM's class archive is built beside them (journal_spark/jvm_archive.py; kept in .services); then
-# the suite in parallel (pytest-xdist). No test restarts a shared service, so workers cannot disturb
-# each other; the slowest tests are listed at the end, pass or fail.
+# Services start in the background while the venv installs; the Spark JVM's class archive is built
+# (journal_spark/jvm_archive.py; kept in .services) from then on, beside the services' start and the
+# checkers; then the suite in parallel (pytest-xdist). No test restarts a shared service, so workers
+# cannot disturb each other; the slowest tests are listed at the end, pass or fail.
 test:
 	@mkdir -p .services; bash services/all.sh start >.services/start.log 2>&1 & services=$$!; \
-	$(MAKE) --no-print-directory install; installed=$$?; \
+	$(MAKE) --no-print-directory install; installed=$$?; archive=""; \
+	if [[ $$installed == 0 ]]; then \
+	  $(BIN)/python -m journal_spark.jvm_archive build .services >.services/jvm-archive.log 2>&1 & archive=$$!; fi; \
 	wait $$services; started=$$?; cat .services/start.log; \
-	[[ $$installed == 0 && $$started == 0 ]] || { echo "make test: setup failed" >&2; exit 1; }
-	@$(BIN)/python -m journal_spark.jvm_archive build .services >.services/jvm-archive.log 2>&1 & archive=$$!; \
+	if [[ $$installed != 0 || $$started != 0 ]]; then \
+	  [[ -z $$archive ]] || kill $$archive 2>/dev/null; echo "make test: setup failed" >&2; exit 1; fi; \
 	$(MAKE) --no-print-directory lint; linted=$$?; \
 	wait $$archive || echo "make test: no JVM class archive (see .services/jvm-archive.log); Spark starts slower" >&2; \
-	[[ $$linted == 0 ]]
+	cat .services/jvm-archive.log; [[ $$linted == 0 ]]
 	$(BIN)/pytest $(PYTEST_ARGS) -n $(PYTEST_WORKERS) --durations=30
 
 # Every checker `make test` enforces: ruff (rules in pyproject.toml), mypy --strict on every package.
