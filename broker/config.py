@@ -91,7 +91,8 @@ class Settings:
     port: int = _field(8080, _port, "port to serve HTTP on", "server.port")
     node_url: str = _field("", str, "URL other nodes reach this one at (default http://host:port)", "node.url")
     data_dir: str = _field("./data", str, "folder for SQLite and local state", "data.dir")
-    database_url: str = _field("", str, "SQLAlchemy URL; default SQLite under data_dir", "datasource.url")
+    database_url: str = _field("", str, "SQLAlchemy URL, or memory://<name>; default SQLite under data_dir",
+                               "datasource.url")
     topics: tuple[str, ...] = _field((), _list, "topics created at startup", "topics")
     enriching_topics: tuple[str, ...] = _field((), _list, "topic=package.module:Class, comma-separated",
                                                "enrichingtopics")
@@ -274,7 +275,9 @@ def _validate(values: dict[str, Any]) -> None:
         if not sep or ":" not in target or not topic:
             raise ConfigError(f"enriching topic {item!r} is not topic=package.module:Class")
     url = values["database_url"]
-    if url and not url.startswith(("sqlite", "postgresql")):
-        raise ConfigError(f"database_url must be sqlite:// or postgresql://, got {url!r}")
+    # memory://<name> keeps everything in the node's process: one node alone, gone when it stops.
+    if url and not url.startswith(("sqlite", "postgresql", "memory://")):
+        raise ConfigError(f"database_url must be sqlite:// or postgresql:// (or memory://<name> for a node "
+                          f"alone), got {url!r}")
     if values["log_level"].upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {values['log_level']!r}")

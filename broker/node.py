@@ -15,7 +15,7 @@ from .delivery import Delivery
 from .longpoll import LongPolls
 from .metrics import Metrics
 from .publish import Publisher, check_name
-from .store import Store, Topic
+from .store import MessageStore, Topic
 from .topics import Topics
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def node_id(name: str) -> str:
 class Node:
     """Everything one broker process owns. Build it with :func:`broker.app.create_app`."""
 
-    def __init__(self, settings: Settings, *, store: Store, metrics: Metrics, long_polls: LongPolls,
+    def __init__(self, settings: Settings, *, store: MessageStore, metrics: Metrics, long_polls: LongPolls,
                  topics: Topics, appender: Appender, publisher: Publisher, membership: Membership,
                  router: Router, delivery: Delivery, retention: Retention | None,
                  push_addresses: Callable[[str], list[str]], services: Sequence[Service]) -> None:

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter
 
 from .background import Worker
-from .store.journal import JournalStore
 
 if TYPE_CHECKING:
     from .config import Settings
     from .metrics import Metrics
-    from .store import Store
+    from .store import JournalRepository, MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +36,10 @@ log = logging.getLogger(__name__)
 class Retention:
     """A node service deleting journaled, acknowledged, expired rows in bounded batches."""
 
-    def __init__(self, settings: Settings, store: Store, owns: Callable[[str], bool], metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, store: MessageStore, journal: JournalRepository,
+                 owns: Callable[[str], bool], metrics: Metrics) -> None:
         self.store = store
-        self.journal = JournalStore.of(store)
+        self.journal = journal
         self.owns = owns
         self.retention_ms = settings.retention_ms
         self.interval = settings.retention_interval_ms / 1000

@@ -6,13 +6,13 @@ import threading
 
 from .config import Settings
 from .errors import BadRequest, NotFound
-from .store import Store, Topic
+from .store import MessageStore, Topic
 
 
 class Topics:
     """Topic lookup and creation with this node's partition settings."""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: MessageStore, settings: Settings) -> None:
         self._store = store
         self._default_partitions = settings.default_partitions
         self._max_partitions = settings.max_partitions

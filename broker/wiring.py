@@ -5,14 +5,16 @@ Who calls whom (every edge is a constructor argument, typed)::
     Membership ──view──▶ Router ──ownership changes──▶ Fence, Appender (drop cached claims/offsets)
         │                  │
         ▼                  ▼
-    ClusterStore        Forwarder (to the owner)      Appender ──fence──▶ Fence ──▶ Router
+    ClusterRepository   Forwarder (to the owner)      Appender ──fence──▶ Fence ──▶ Router
                                                           │
     Publisher ──▶ Topics, Appender                        └──commits──▶ Dispatcher, Fetcher, Reaper
-    Delivery: GroupStore, Dispatcher ─▶ Pusher (allowlist), Fetcher, Reaper, DeadLetters ─▶ Publisher | owner
-    Authorizer ──▶ Routes, GroupStore (a subscriber's topic), TokenTable
-    Retention ──▶ Store, JournalStore
+    Delivery: GroupRepository, Dispatcher ─▶ Pusher (allowlist), Fetcher, Reaper, DeadLetters ─▶ Publisher | owner
+    Authorizer ──▶ Routes, GroupRepository (a subscriber's topic), TokenTable
+    Retention ──▶ MessageStore, JournalRepository
 
-The stores (``broker/store/``) are the only code that speaks SQL.
+The four repositories come from :func:`broker.store.open_repositories`, all on the one database of
+``database_url`` (SQLite, PostgreSQL, or ``memory://<name>`` for a node alone). The store
+(``broker/store/``) is the only code that speaks SQL.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .cluster.ownership import Member
 from .cluster.router import Router
 from .config import Settings
 from .delivery import Delivery
+from .delivery.assignment import assign
 from .delivery.deadletter import DeadLetters
 from .longpoll import LongPolls
 from .metrics import Metrics
@@ -33,8 +36,7 @@ from .node import Node, Service, node_id
 from .publish import Publisher
 from .retention import Retention
 from .security import Authorizer, build_allowlist, parse_tokens, subscriber_topic_lookup
-from .store import Store
-from .store.cluster import ClusterStore
+from .store import open_repositories
 from .topics import Topics
 
 
@@ -44,14 +46,14 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
     Raises:
         ConfigError: the ``tokens`` or ``push_allow`` setting is malformed.
     """
-    store = Store(settings.effective_database_url)
+    repositories = open_repositories(settings.effective_database_url, assign)
+    store = repositories.messages
     metrics = Metrics()
     long_polls = LongPolls(settings.threads)
     me = Member(settings.node_name, node_id(settings.node_name))
 
-    cluster_store = ClusterStore(store)
-    membership = Membership(cluster_store, me, settings.effective_node_url, settings)
-    router = Router(me, settings, metrics, Forwarder(settings, metrics, me.name, long_polls), cluster_store,
+    membership = Membership(repositories.cluster, me, settings.effective_node_url, settings)
+    router = Router(me, settings, metrics, Forwarder(settings, metrics, me.name, long_polls), repositories.cluster,
                     membership)
     membership.subscribe(router.on_view)
     fence = Fence(router, settings.node_lease_ms)
@@ -66,13 +68,16 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
     loopback_only = not tokens and not settings.allow_remote
     allowlist = build_allowlist(settings.push_allow, loopback_only=loopback_only)
     dead_letters = DeadLetters(settings, me.name, publisher, router)
-    delivery = Delivery(settings, store, topics, router, metrics, long_polls, allowlist.addresses, dead_letters)
+    delivery = Delivery(settings, store, repositories.groups, topics, router, metrics, long_polls,
+                        allowlist.addresses, dead_letters)
     for listener in (delivery.dispatcher.on_commit, delivery.fetcher.on_commit, delivery.reaper.on_commit):
         appender.subscribe(listener)
     authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
-                            subscriber_topic=subscriber_topic_lookup(delivery.groups), routes=routes)
+                            subscriber_topic=subscriber_topic_lookup(repositories.groups), routes=routes)
 
-    retention = Retention(settings, store, router.owns, metrics) if settings.retention_ms > 0 else None
+    retention = None
+    if settings.retention_ms > 0:
+        retention = Retention(settings, store, repositories.journal, router.owns, metrics)
     services: list[Service] = [delivery.dispatcher, delivery.reaper, membership]
     if retention is not None:
         services.append(retention)

@@ -15,5 +15,9 @@ class JournalFailed(JournalError):
     """A streaming query stopped with an error."""
 
 
+class UnsharedStore(JournalError):
+    """The store is a ``memory://`` database, which only its node's process can see."""
+
+
 class ReplayError(JournalError):
     """The journal could not be read or the target broker refused the messages."""

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker.config import Settings
-from broker.store import Store
+from broker.store import MEMORY_SCHEME, JournalRepository, Store
 from broker.store.journal import JournalStore
 
-from .errors import JavaMissing, JournalFailed
+from .errors import JavaMissing, JournalFailed, UnsharedStore
 from .metrics import JournalMetrics
 from .schema import with_header_map
 
@@ -57,6 +57,18 @@ def check_java() -> str:
         return found
     raise JavaMissing("the journal runs on Apache Spark, which needs Java 17 or newer: `java` is not on PATH "
                       "and JAVA_HOME is not set (on Debian: apt-get install openjdk-17-jre-headless)")
+
+
+def check_store(url: str) -> None:
+    """Refuse a store the journal cannot read: Spark reads it from other processes than the node's.
+
+    Raises:
+        UnsharedStore: ``url`` is ``memory://``, a database that lives inside one node's process.
+    """
+    if url.startswith(MEMORY_SCHEME):
+        raise UnsharedStore(f"the journal cannot read the store {url!r}: a memory:// store lives inside its "
+                            "node's process and the journal reads from its own (Spark's); give the node and "
+                            "the journal a sqlite:// or postgresql:// database_url")
 
 
 def _with_task_retries(master: str) -> str:
@@ -112,7 +124,7 @@ def _quiet(spark: Any, logger: str) -> None:
         log.debug("cannot quiet %s", logger)
 
 
-def build_sinks(settings: Settings, spark: Any, store: JournalStore | None, metrics: JournalMetrics) -> list[Sink]:
+def build_sinks(settings: Settings, spark: Any, store: JournalRepository | None, metrics: JournalMetrics) -> list[Sink]:
     """The Parquet journal, then the bridge sinks a routes file asks for."""
     from .parquet import ParquetSink
 
@@ -173,9 +185,11 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     """Run the journal until stopped (SIGTERM/SIGINT, or ``stop`` set), or until drained with ``once``.
 
     Raises:
+        UnsharedStore: the store is ``memory://``, which the journal's processes cannot see.
         JavaMissing: no Java runtime.
         JournalFailed: a query died; its error is in the message.
     """
+    check_store(settings.effective_database_url)
     check_java()
     store = Store(settings.effective_database_url)
     store.create_schema()   # the journal may start before any node has created the tables

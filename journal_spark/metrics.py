@@ -15,14 +15,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.store.journal import JournalStore
+from broker.store import JournalRepository
 
 from .source import read_end_offsets
 
 log = logging.getLogger(__name__)
 
 
-def journal_lag(store: JournalStore) -> dict[str, int]:
+def journal_lag(store: JournalRepository) -> dict[str, int]:
     """Messages stored but not yet journaled, per topic."""
     journaled = store.journaled_offsets()
     lag: dict[str, int] = {}
@@ -32,7 +32,7 @@ def journal_lag(store: JournalStore) -> dict[str, int]:
 
 
 class LagCollector(Collector):
-    def __init__(self, store: JournalStore) -> None:
+    def __init__(self, store: JournalRepository) -> None:
         self.store = store
 
     def collect(self) -> Iterator[Metric]:
@@ -54,7 +54,7 @@ class LagCollector(Collector):
 class JournalMetrics:
     """Counters updated by the sinks, and the lag gauge; one registry per job."""
 
-    def __init__(self, store: JournalStore | None = None) -> None:
+    def __init__(self, store: JournalRepository | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.rows = Counter("toymb_journal_rows", "Rows written to the Parquet journal", registry=r)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from broker.store.journal import JournalStore
+from broker.store import JournalRepository
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class ParquetSink:
     name = "parquet"
     start = "journaled"   # a fresh checkpoint resumes where the journal already is
 
-    def __init__(self, journal_dir: str | Path, state_dir: str | Path, store: JournalStore | None,
+    def __init__(self, journal_dir: str | Path, state_dir: str | Path, store: JournalRepository | None,
                  on_batch: Callable[[int, int, bool], None] | None = None) -> None:
         self.journal = Path(journal_dir).resolve()
         self.state = Path(state_dir).resolve()

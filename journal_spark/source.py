@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker.store import JournalRepository
 from broker.store.journal import PAGE_ROWS, JournalStore, Range
 
 from .schema import ARROW_SCHEMA, SOURCE_SCHEMA
@@ -52,7 +53,7 @@ class RangesPartition(InputPartition):
         self.ranges = ranges
 
 
-def read_end_offsets(store: JournalStore, topics: frozenset[str] | None = None) -> Offsets:
+def read_end_offsets(store: JournalRepository, topics: frozenset[str] | None = None) -> Offsets:
     """Next offset to be written, per topic-partition, as source offsets."""
     found: dict[str, dict[int, int]] = {}
     for (topic, partition), nxt in store.end_offsets().items():
@@ -123,7 +124,7 @@ def plan_ranges(start: Offsets, end: Offsets, tasks: int) -> list[list[Range]]:
     return groups
 
 
-def read_ranges(store: JournalStore, ranges: Sequence[Range],
+def read_ranges(store: JournalRepository, ranges: Sequence[Range],
                 page_rows: int = PAGE_ROWS) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the messages in ``ranges``, one SQL query per page of at most ``page_rows``.
 

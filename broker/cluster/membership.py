@@ -23,7 +23,8 @@ import requests
 
 from ..background import Worker
 from ..config import Settings
-from ..store.cluster import ClusterStore, LastBeat, NodeRow
+from ..store import ClusterRepository
+from ..store.cluster import LastBeat, NodeRow
 from .forward import CLUSTER_TOKEN_HEADER
 from .ownership import Member
 
@@ -55,7 +56,7 @@ def peer_url(peer: str) -> str:
 class Membership:
     """The background service that registers this node and keeps the live set fresh."""
 
-    def __init__(self, cluster_store: ClusterStore, me: Member, url: str, settings: Settings) -> None:
+    def __init__(self, cluster_store: ClusterRepository, me: Member, url: str, settings: Settings) -> None:
         self.settings = settings
         self.cluster_store = cluster_store
         self.me = me

@@ -13,7 +13,7 @@ from flask import Response
 from ..config import Settings
 from ..errors import NotOwner, Unavailable
 from ..metrics import Metrics
-from ..store.cluster import ClusterStore
+from ..store import ClusterRepository
 from . import ownership
 from .forward import Forwarder, is_forwarded
 from .ownership import Member
@@ -34,7 +34,7 @@ class Router:
     """Owner lookup by Levenshtein rendezvous over the live set, and one-hop forwarding."""
 
     def __init__(self, me: Member, settings: Settings, metrics: Metrics, forwarder: Forwarder,
-                 cluster_store: ClusterStore, membership: Membership) -> None:
+                 cluster_store: ClusterRepository, membership: Membership) -> None:
         self.me = me
         self.metrics = metrics
         self.cluster_store = cluster_store

@@ -2,7 +2,8 @@
 
 :class:`Delivery` holds the push dispatcher and the lease reaper (node services) and the pull
 fetcher; its routes are in :mod:`broker.delivery.api` and :mod:`broker.delivery.compat`. All
-durable state is in SQL (``groups``); the services only cache it.
+durable state is in the store (``groups``, a :class:`~broker.store.GroupRepository`); the services
+only cache it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Conflict, NotFound
-from ..store.groups import NEVER_MS, GroupStore, Subscriber, now_ms
-from .assignment import assign, partitions_by_member
+from ..store import NEVER_MS, Subscriber, now_ms
+from .assignment import partitions_by_member
 from .dispatcher import Dispatcher
 from .pull import Fetcher
 from .reaper import Reaper
@@ -24,21 +25,21 @@ if TYPE_CHECKING:
     from ..config import Settings
     from ..longpoll import LongPolls
     from ..metrics import Metrics
-    from ..store import Store
+    from ..store import GroupRepository, MessageStore
     from ..topics import Topics
     from .deadletter import DeadLetters
 
 class Delivery:
     """The delivery side of one node (``node.delivery``)."""
 
-    def __init__(self, settings: Settings, store: Store, topics: Topics, router: Router, metrics: Metrics,
-                 long_polls: LongPolls, push_addresses: Callable[[str], list[str]],
-                 dead_letters: DeadLetters) -> None:
+    def __init__(self, settings: Settings, store: MessageStore, groups: GroupRepository, topics: Topics,
+                 router: Router, metrics: Metrics, long_polls: LongPolls,
+                 push_addresses: Callable[[str], list[str]], dead_letters: DeadLetters) -> None:
         self.settings = settings
         self.store = store
         self.topics = topics
         self.metrics = metrics
-        self.groups = GroupStore(store, assign)
+        self.groups = groups
         self.dispatcher = Dispatcher(settings, self.groups, topics, router, store, metrics, push_addresses,
                                      dead_letters)
         self.fetcher = Fetcher(settings, self.groups, store, metrics, long_polls, dead_letters)

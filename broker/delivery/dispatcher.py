@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..background import Worker
 from ..envelope import within
 from ..errors import BrokerError
-from ..store.groups import GroupStore, Subscriber
+from ..store import GroupRepository, Subscriber
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .push import backoff_s, batch_body, compat_body, envelope_json
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..cluster.router import Router
     from ..config import Settings
     from ..metrics import Metrics
-    from ..store import Store
+    from ..store import MessageStore
     from ..topics import Topics
     from .deadletter import DeadLetters
 
@@ -62,7 +62,7 @@ class Dispatcher:
 
     ready = True
 
-    def __init__(self, settings: Settings, groups: GroupStore, topics: Topics, router: Router, store: Store,
+    def __init__(self, settings: Settings, groups: GroupRepository, topics: Topics, router: Router, store: MessageStore,
                  metrics: Metrics, push_addresses: Callable[[str], list[str]], dead_letters: DeadLetters) -> None:
         self.groups = groups
         self.settings = settings

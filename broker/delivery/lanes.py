@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..store.groups import Subscriber
+from ..store import Subscriber
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import logging
 import threading
 
 from ..background import Worker
-from ..store.groups import GroupStore
+from ..store import GroupRepository
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ _RETRY_S = 0.5
 class OffsetCommitter:
     """Merges pending (topic, group, partition) -> next offset, and writes them from one thread."""
 
-    def __init__(self, groups: GroupStore) -> None:
+    def __init__(self, groups: GroupRepository) -> None:
         self.groups = groups
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], dict[int, int]] = {}

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadRequest, BrokerError, Conflict
-from ..store.groups import GroupStore
+from ..store import GroupRepository
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..longpoll import LongPolls
     from ..metrics import Metrics
-    from ..store import Store
+    from ..store import MessageStore
     from .deadletter import DeadLetters
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class InFlight:
 class Fetcher:
     """Serves fetches and commits of pull subscribers for the topics this node owns."""
 
-    def __init__(self, settings: Settings, groups: GroupStore, store: Store, metrics: Metrics,
+    def __init__(self, settings: Settings, groups: GroupRepository, store: MessageStore, metrics: Metrics,
                  long_polls: LongPolls, dead_letters: DeadLetters) -> None:
         self.groups = groups
         self.settings = settings

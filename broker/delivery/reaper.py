@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..background import Worker
 from ..errors import BrokerError
-from ..store.groups import GroupStore, now_ms
+from ..store import GroupRepository, now_ms
 
 if TYPE_CHECKING:
     from ..cluster.router import Router
@@ -35,7 +35,7 @@ class Reaper:
 
     ready = True
 
-    def __init__(self, settings: Settings, groups: GroupStore, topics: Topics, router: Router, metrics: Metrics,
+    def __init__(self, settings: Settings, groups: GroupRepository, topics: Topics, router: Router, metrics: Metrics,
                  on_rebalance: Callable[[str, str], None]) -> None:
         self.groups = groups
         self.topics = topics

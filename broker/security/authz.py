@@ -36,8 +36,8 @@ from flask import Request
 from ..api.routes import Routes
 from ..errors import Forbidden, Unauthorized, Unavailable
 from ..roles import ADMIN, ANY, OPEN
+from ..store import GroupRepository
 from ..store.errors import STORE_ERROR
-from ..store.groups import GroupStore
 from .tokens import ADMIN_GRANT, Grant, TokenTable
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def _refusal(grant: Grant, need: Need) -> str:
     return f"{grant.name} lacks {role}{where}"
 
 
-def subscriber_topic_lookup(groups: GroupStore) -> Callable[[str], str | None]:
+def subscriber_topic_lookup(groups: GroupRepository) -> Callable[[str], str | None]:
     """Look a subscriber's topic up in the shared store (None when it does not exist).
 
     Closed on error: when the store cannot answer, the request is refused with 503, never let

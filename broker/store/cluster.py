@@ -3,12 +3,14 @@
 :class:`ClusterStore` is all the SQL that :mod:`broker.cluster.membership` and
 :mod:`broker.cluster.router` run (the epoch fence runs its own inside the append transaction).
 Every method takes and returns plain values; times are ms since the epoch by *the database's*
-clock (:func:`db_now_ms`), the one clock every node shares.
+clock (:func:`db_now_ms`), the one clock every node shares. Its in-memory twin
+(``memory_cluster.py``) reads the node table through the same :func:`node_table`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,6 +83,15 @@ class NodeTable:
     rows: tuple[NodeRow, ...]
 
 
+def node_table(now_ms: int, lease_ms: int, rows: Iterable[tuple[str, str, str, int, int]]) -> NodeTable:
+    """The node rows (id, name, url, heartbeat, started) as read at ``now_ms``, in their order.
+
+    A node is alive when its last heartbeat is within ``lease_ms`` of the read.
+    """
+    return NodeTable(now_ms, tuple(NodeRow(i, name, url, int(beat), int(started), int(beat) >= now_ms - lease_ms)
+                                   for i, name, url, beat, started in rows))
+
+
 class ClusterStore:
     """Node registrations and heartbeats (``toymb_nodes``) and topic names, over a :class:`Store`."""
 
@@ -124,12 +135,12 @@ class ClusterStore:
 
     def read_nodes(self, lease_ms: int, limit: int) -> NodeTable:
         """At most ``limit`` node rows, latest heartbeat first; alive if they beat within ``lease_ms``."""
+        c = nodes.c
         with self.engine.connect() as conn:
             now = db_now_ms(conn)
-            result = conn.execute(select(nodes).order_by(nodes.c.heartbeat_ms.desc()).limit(limit))
-            rows = tuple(NodeRow(r.id, r.name, r.url, int(r.heartbeat_ms), int(r.started_ms),
-                                 int(r.heartbeat_ms) >= now - lease_ms) for r in result)
-        return NodeTable(now, rows)
+            result = conn.execute(select(c.id, c.name, c.url, c.heartbeat_ms, c.started_ms)
+                                  .order_by(c.heartbeat_ms.desc()).limit(limit))
+            return node_table(now, lease_ms, result.tuples())
 
     def topic_names(self, limit: int) -> list[str]:
         """The names of at most ``limit`` topics, in name order."""

@@ -4,12 +4,14 @@ The journal job (``journal_spark``) reads the partitions' end offsets and ranges
 and records how far it has journaled each topic-partition (``toymb_journal_offsets``). Retention
 (``broker.retention``) combines those journaled offsets with the groups' committed offsets to
 delete rows nobody needs in SQL any more. Every method takes and returns plain Python values;
-each one is its own connection (and transaction), as the callers used them before.
+each one is its own connection (and transaction), as the callers used them before. The in-memory
+twin (``memory_journal.py``) pages ranges and computes retention's limits with the same
+:func:`pages` and :func:`retention_limits`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Engine, case, delete, func, select
@@ -30,6 +32,31 @@ PAGE_ROWS = 5000   # rows fetched by one query of :meth:`JournalStore.read_range
 _SELECT = ('SELECT id, topic, "partition", "offset", "key", headers, "timestamp", content_type, body '
            'FROM toymb_messages WHERE topic = {p} AND "partition" = {p} '
            'AND "offset" >= {p} AND "offset" < {p} ORDER BY "offset"')
+
+
+def pages(ranges: Sequence[Range], page_rows: int) -> Iterator[Range]:
+    """``ranges`` cut into pages of at most ``page_rows`` offsets, in order."""
+    for topic, partition, lo, hi in ranges:
+        for start in range(lo, hi, page_rows):
+            yield topic, partition, start, min(hi, start + page_rows)
+
+
+def retention_limits(partition_count: int, journaled: Mapping[int, int],
+                     committed: Iterable[Mapping[int, int]]) -> dict[int, int]:
+    """Per partition, the first offset retention must keep: the journaled offset (0 without one),
+    lowered to every group's committed offset (0 without one); partitions at 0 are left out.
+
+    ``committed`` holds one mapping per group of the topic (partition -> next offset).
+    """
+    groups = list(committed)
+    limits = {}
+    for p in range(partition_count):
+        limit = journaled.get(p, 0)
+        for offsets in groups:
+            limit = min(limit, offsets.get(p, 0))
+        if limit > 0:
+            limits[p] = limit
+    return limits
 
 
 class JournalStore:
@@ -89,15 +116,11 @@ class JournalStore:
         with self._engine.connect() as conn:
             cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
             try:
-                for topic, partition, lo, hi in ranges:
-                    position = lo
-                    while position < hi:
-                        upper = min(hi, position + page_rows)
-                        cursor.execute(sql, (topic, partition, position, upper))
-                        rows = cursor.fetchall()
-                        position = upper
-                        if rows:
-                            yield rows
+                for page in pages(ranges, page_rows):
+                    cursor.execute(sql, page)
+                    rows = cursor.fetchall()
+                    if rows:
+                        yield rows
             finally:
                 cursor.close()
 
@@ -151,14 +174,7 @@ class JournalStore:
             for (group,) in conn.execute(select(subscribers.c.group_name).distinct()
                                          .where(subscribers.c.topic == topic)):
                 committed.setdefault(group, {})
-        limits = {}
-        for p in range(partition_count):
-            limit = journaled.get(p, 0)
-            for offsets in committed.values():
-                limit = min(limit, offsets.get(p, 0))
-            if limit > 0:
-                limits[p] = limit
-        return limits
+        return retention_limits(partition_count, journaled, committed.values())
 
     def lowest_offset(self, topic: str, partition: int) -> int | None:
         """The smallest offset still stored in ``topic``/``partition``, or None if it holds no row."""

@@ -1,0 +1,240 @@
+"""Consumer groups' rows in SQL: :class:`~broker.store.group_tables.GroupTables` on SQLite or PostgreSQL.
+
+Only storage: every rule (limits, conflicts, when to rebalance, the fair read) is in
+:class:`~broker.store.groups.GroupStore`. Each method is one transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from .group_tables import Plan, Subscriber, Windows
+from .schema import assignments, group_offsets, messages, subscribers
+from .schema import partitions as partition_table
+from .sql import Store
+
+_OR_CHUNK = 100
+
+_ROWS = ", ".join(f'"{c.name}"' for c in messages.columns)
+# What a message weighs against a byte cap: the bytes it stores (body, headers, id, key, content
+# type). Its JSON rendering is a little larger; a binary body sent as base64 is 4/3 of it.
+_SIZES = ('"partition", "offset", length("body") + length("headers") + length("id") '
+          '+ coalesce(length("key"), 0) + length("content_type") AS size')
+
+
+@functools.lru_cache(maxsize=2 * _OR_CHUNK)
+def _window_sql(terms: int, columns: str) -> Any:
+    """``SELECT`` of several [start, end) offset windows. Built as text because building the same
+    expression with SQLAlchemy's operators cost more than running it. The topic goes inside every
+    term so that SQLite searches the primary key once per term (MULTI-INDEX OR) instead of
+    scanning the whole topic."""
+    conds = " OR ".join(f'("topic" = :t AND "partition" = :p{n} AND "offset" >= :s{n} AND "offset" < :e{n})'
+                        for n in range(terms))
+    return text(f"SELECT {columns} FROM toymb_messages WHERE {conds}")
+
+
+def _subscriber(row: Any) -> Subscriber:
+    return Subscriber(row.id, row.topic, row.group_name, row.mode, row.url, bool(row.compat),
+                      row.lease_until_ms)
+
+
+class SqlGroupTables:
+    """Subscribers, assignments and group offsets in the tables of a :class:`Store`'s database."""
+
+    def __init__(self, store: Store) -> None:
+        self.engine = store.engine
+
+    # -- subscribers --------------------------------------------------------------------------
+
+    def get(self, sid: str) -> Subscriber | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(subscribers).where(subscribers.c.id == sid)).first()
+        return None if row is None else _subscriber(row)
+
+    def topic_of(self, sid: str) -> str | None:
+        with self.engine.connect() as conn:
+            topic = conn.execute(select(subscribers.c.topic).where(subscribers.c.id == sid)).scalar()
+        return None if topic is None else str(topic)
+
+    def members(self, topic: str, group: str) -> list[Subscriber]:
+        query = (select(subscribers).where(subscribers.c.topic == topic, subscribers.c.group_name == group)
+                 .order_by(subscribers.c.id))
+        with self.engine.connect() as conn:
+            return [_subscriber(r) for r in conn.execute(query)]
+
+    @staticmethod
+    def _values(subscriber: Subscriber) -> dict[str, Any]:
+        return {"mode": subscriber.mode, "url": subscriber.url, "compat": int(subscriber.compat),
+                "lease_until_ms": subscriber.lease_until_ms}
+
+    def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(subscribers.insert().values(id=subscriber.id, topic=subscriber.topic,
+                                                         group_name=subscriber.group, created_ms=created_ms,
+                                                         **self._values(subscriber)))
+        except IntegrityError:
+            return False
+        return True
+
+    def update_subscriber(self, subscriber: Subscriber) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(subscribers).where(subscribers.c.id == subscriber.id)
+                         .values(**self._values(subscriber)))
+
+    def set_lease(self, sid: str, lease_until_ms: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(subscribers).where(subscribers.c.id == sid).values(lease_until_ms=lease_until_ms))
+
+    def delete_subscriber(self, topic: str, group: str, sid: str) -> bool:
+        with self.engine.begin() as conn:
+            gone = conn.execute(delete(subscribers).where(
+                subscribers.c.id == sid, subscribers.c.topic == topic, subscribers.c.group_name == group)).rowcount
+        return bool(gone)
+
+    def purge(self, before_ms: int) -> int:
+        lease = subscribers.c.lease_until_ms
+        # Expired (a positive lease) or revoked (minus the moment of revocation) before before_ms.
+        ended = or_(and_(lease > 0, lease < before_ms), and_(lease <= 0, lease > -before_ms))
+        with self.engine.begin() as conn:
+            return int(conn.execute(delete(subscribers).where(ended)).rowcount)
+
+    def stale_groups(self, at_ms: int) -> list[tuple[str, str]]:
+        joined = assignments.outerjoin(subscribers, subscribers.c.id == assignments.c.subscriber_id)
+        query = (select(assignments.c.topic, assignments.c.group_name).distinct().select_from(joined)
+                 .where(or_(subscribers.c.id.is_(None), subscribers.c.lease_until_ms < at_ms)))
+        with self.engine.connect() as conn:
+            return [(t, g) for t, g in conn.execute(query)]
+
+    def expired_between(self, since_ms: int, at_ms: int) -> list[tuple[str, str]]:
+        lease = subscribers.c.lease_until_ms
+        query = (select(subscribers.c.topic, subscribers.c.group_name).distinct()
+                 .where(lease >= since_ms, lease < at_ms))
+        with self.engine.connect() as conn:
+            return [(t, g) for t, g in conn.execute(query)]
+
+    def live_groups(self, at_ms: int, mode: str | None) -> list[tuple[str, str]]:
+        query = select(subscribers.c.topic, subscribers.c.group_name).distinct().where(
+            subscribers.c.lease_until_ms >= at_ms)
+        if mode is not None:
+            query = query.where(subscribers.c.mode == mode)
+        with self.engine.connect() as conn:
+            return [(t, g) for t, g in conn.execute(query)]
+
+    def all_groups(self) -> list[tuple[str, str]]:
+        query = select(group_offsets.c.topic, group_offsets.c.group_name).distinct()
+        with self.engine.connect() as conn:
+            return [(t, g) for t, g in conn.execute(query)]
+
+    # -- assignment ---------------------------------------------------------------------------
+
+    def reassign(self, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
+        where = (assignments.c.topic == topic, assignments.c.group_name == group)
+        with self.engine.begin() as conn:
+            live = [r[0] for r in conn.execute(select(subscribers.c.id).where(
+                subscribers.c.topic == topic, subscribers.c.group_name == group,
+                subscribers.c.lease_until_ms >= at_ms))]
+            current = {p: s for p, s in conn.execute(
+                select(assignments.c.partition, assignments.c.subscriber_id).where(*where))}
+            new = plan(live, current)
+            # Only what changed is written: a rebalance that moves nothing writes nothing.
+            moved = [p for p, s in current.items() if new.get(p) != s]
+            if moved:
+                conn.execute(delete(assignments).where(*where, assignments.c.partition.in_(moved)))
+            added = [{"topic": topic, "group_name": group, "partition": p, "subscriber_id": s}
+                     for p, s in new.items() if current.get(p) != s]
+            if added:
+                conn.execute(assignments.insert(), added)
+        return new
+
+    def assignment(self, topic: str, group: str) -> dict[int, str]:
+        query = select(assignments.c.partition, assignments.c.subscriber_id).where(
+            assignments.c.topic == topic, assignments.c.group_name == group)
+        with self.engine.connect() as conn:
+            return {p: s for p, s in conn.execute(query)}
+
+    def partitions_of(self, sid: str) -> list[int]:
+        query = select(assignments.c.partition).where(assignments.c.subscriber_id == sid).order_by(
+            assignments.c.partition)
+        with self.engine.connect() as conn:
+            return [p for (p,) in conn.execute(query)]
+
+    # -- offsets ------------------------------------------------------------------------------
+
+    def committed(self, topic: str, group: str) -> dict[int, int]:
+        query = select(group_offsets.c.partition, group_offsets.c.next_offset).where(
+            group_offsets.c.topic == topic, group_offsets.c.group_name == group)
+        with self.engine.connect() as conn:
+            return {p: n for p, n in conn.execute(query)}
+
+    def insert_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
+        rows = [{"topic": topic, "group_name": group, "partition": p, "next_offset": n} for p, n in offsets.items()]
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(group_offsets.insert(), rows)
+        except IntegrityError:
+            pass  # another registration of the same new group won the race; its offsets stand
+
+    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int]) -> dict[int, int]:
+        with self.engine.begin() as conn:
+            old = {p: n for p, n in conn.execute(
+                select(group_offsets.c.partition, group_offsets.c.next_offset).where(
+                    group_offsets.c.topic == topic, group_offsets.c.group_name == group,
+                    group_offsets.c.partition.in_(list(next_offsets))))}
+            rows = [{"b_p": p, "b_n": n} for p, n in next_offsets.items() if n > old.get(p, n)]
+            if rows:
+                # The condition repeats the check: a concurrent commit may have moved further.
+                conn.execute(
+                    update(group_offsets)
+                    .where(group_offsets.c.topic == topic, group_offsets.c.group_name == group,
+                           group_offsets.c.partition == bindparam("b_p"),
+                           group_offsets.c.next_offset < bindparam("b_n"))
+                    .values(next_offset=bindparam("b_n")), rows)
+        return {r["b_p"]: old[r["b_p"]] for r in rows}
+
+    def lag_sums(self, topics: Sequence[str]) -> dict[tuple[str, str], int]:
+        query = (select(group_offsets.c.topic, group_offsets.c.group_name,
+                        func.sum(partition_table.c.next_offset - group_offsets.c.next_offset))
+                 .select_from(group_offsets.join(partition_table, and_(
+                     partition_table.c.topic == group_offsets.c.topic,
+                     partition_table.c.partition == group_offsets.c.partition)))
+                 .where(group_offsets.c.topic.in_(list(topics)))
+                 .group_by(group_offsets.c.topic, group_offsets.c.group_name))
+        with self.engine.connect() as conn:
+            return {(t, g): int(n or 0) for t, g, n in conn.execute(query)}
+
+    # -- message windows ----------------------------------------------------------------------
+
+    def rows(self, topic: str, windows: Windows) -> list[Any]:
+        return self._windows(topic, windows, _ROWS)
+
+    def sizes(self, topic: str, windows: Windows) -> list[Any]:
+        return self._windows(topic, windows, _SIZES)
+
+    def _windows(self, topic: str, windows: Windows, columns: str) -> list[Any]:
+        out: list[Any] = []
+        items = sorted(windows.items())
+        with self.engine.connect() as conn:
+            for i in range(0, len(items), _OR_CHUNK):
+                chunk = items[i: i + _OR_CHUNK]
+                params: dict[str, Any] = {"t": topic}
+                for n, (p, (s, k)) in enumerate(chunk):
+                    params.update({f"p{n}": p, f"s{n}": s, f"e{n}": s + k})
+                out.extend(conn.execute(_window_sql(len(chunk), columns), params).all())
+        return out
+
+    def first_offsets(self, topic: str, starts: dict[int, int]) -> dict[int, int]:
+        m = messages.c
+        firsts: dict[int, int] = {}
+        with self.engine.connect() as conn:
+            for p, start in starts.items():
+                found = conn.execute(select(m.offset).where(m.topic == topic, m.partition == p, m.offset >= start)
+                                     .order_by(m.offset).limit(1)).scalar()
+                if found is not None:
+                    firsts[p] = int(found)
+        return firsts
