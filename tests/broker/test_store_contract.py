@@ -1,28 +1,14 @@
-"""One contract for the message store, run on its in-memory twin, on SQLite and on PostgreSQL."""
+"""One contract for the message store, run on its in-memory twin, on SQLite and on PostgreSQL
+(``store_url``, in this folder's conftest)."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-
-import pytest
 
 from broker.appender import Appender
 from broker.envelope import NewMessage, render_row
 from broker.partitioning import partition_for
 from broker.store import MessageStore, open_store
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each contract test runs on the in-memory twin, on SQLite and on PostgreSQL."""
-    if request.param == "memory":
-        return f"memory://{tmp_path}"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'toymb.db'}"
-    # This xdist worker's own database, emptied (a name imported from conftest would be the
-    # shared default, read before conftest gives each worker its own).
-    return str(request.getfixturevalue("pg_url"))
 
 
 def _msg(i: int, key: str | None = None, body: bytes = b"x") -> NewMessage:
