@@ -18,8 +18,9 @@ Stock waitress, as a node used it, had four weaknesses an outside attack found (
 * ``close()`` stopped accepting but left open connections in the loop, and nothing swept them any
   more: a client (a peer node's forwarder) holding a keep-alive connection kept a node that was
   told to stop running until it hung up. :meth:`HardenedServer.drain` stops accepting, closes
-  idle connections at once and each busy one when its answer is sent, and cuts what is still
-  open after ``drain_timeout``.
+  idle connections at once and each busy one when its answer is sent. It cuts a connection whose
+  answer makes no progress for ``stall_timeout`` (a client that stopped reading), and whatever is
+  still open after ``drain_timeout``: a large answer to a slow but reading client is sent whole.
 
 The overrides are small and lean on waitress 3.0 internals (``server.py``, ``channel.py``,
 ``parser.py``, ``task.py``); each says why it exists.
@@ -156,6 +157,8 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
     channel_class = HardenedChannel
     next_channel_cleanup: float = 0.0
     drain_deadline: float | None = None   # set by drain(): the loop then ends when every connection is closed
+    drain_started = 0.0                   # time.time() of drain(), the clock of waitress's last_activity
+    drain_stall = 0.0
 
     def __init__(self, application: Any, *, max_connections: int, idle_timeout: float, header_timeout: float,
                  max_request: int, **adjustments: Any) -> None:
@@ -175,13 +178,16 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
         )
         super().__init__(application, map={}, adj=Adjustments(**adjustments))
 
-    def drain(self, drain_timeout: float) -> None:
-        """Stop accepting and let :meth:`run` return once in-flight answers are sent (at most ``drain_timeout`` s).
+    def drain(self, stall_timeout: float, drain_timeout: float) -> None:
+        """Stop accepting and let :meth:`run` return once in-flight answers are sent.
 
-        Call it from the loop's thread (a signal handler of the main thread is).
+        A connection that neither sends nor receives a byte for ``stall_timeout`` s after the call
+        is cut, and so is every connection still open ``drain_timeout`` s after it. Call it from
+        the loop's thread (a signal handler of the main thread is).
         """
         if self.drain_deadline is None:
             self.drain_deadline = time.monotonic() + drain_timeout
+            self.drain_started, self.drain_stall = time.time(), stall_timeout
             self.close()   # the listening socket and the trigger leave the loop
 
     def run(self) -> None:
@@ -192,9 +198,11 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
             while self._map:
                 if self.drain_deadline is not None:
                     timeout = 0.05
-                    cut = time.monotonic() >= self.drain_deadline
+                    cut_all = time.monotonic() >= self.drain_deadline
+                    stalled_before = time.time() - self.drain_stall
                     for channel in list(self.active_channels.values()):
-                        if cut or not channel.busy():
+                        last = max(channel.last_activity, self.drain_started)
+                        if cut_all or not channel.busy() or last < stalled_before:
                             channel.handle_close()
                 self.asyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
         except (SystemExit, KeyboardInterrupt):

@@ -18,8 +18,12 @@ from .http_server import HardenedServer, ensure_fd_limit
 
 log = logging.getLogger(__name__)
 
-# On SIGTERM, answers in progress get this long to be sent before their connections are cut.
-DRAIN_TIMEOUT_S = 5.0
+# On SIGTERM, answers in progress are sent before their connections close. One that makes no
+# progress for DRAIN_STALL_S (its client stopped reading, a long poll still waiting) is cut, and
+# whatever is still open after DRAIN_TIMEOUT_S: within the 30 s most supervisors (Kubernetes,
+# systemd) wait before a SIGKILL. A fixed 5 s cut 8 MiB answers to slow readers on a loaded machine.
+DRAIN_STALL_S = 5.0
+DRAIN_TIMEOUT_S = 25.0
 
 
 def serve(settings: Settings) -> None:
@@ -46,7 +50,7 @@ def serve(settings: Settings) -> None:
         if not stopping.is_set():
             stopping.set()
             log.info("signal %d: stopping", signum)
-            server.drain(DRAIN_TIMEOUT_S)
+            server.drain(DRAIN_STALL_S, DRAIN_TIMEOUT_S)
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
