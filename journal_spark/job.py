@@ -24,6 +24,7 @@ from broker.store.journal import JournalStore
 
 from .errors import JavaMissing, JournalFailed, UnsharedStore
 from .metrics import JournalMetrics
+from .python_workers import restore_python, with_session_python
 from .schema import with_header_map
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,6 @@ def _with_task_retries(master: str) -> str:
 def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     """A quiet SparkSession (WARN logs, no UI, UTC dates) with the ``toymb`` source registered."""
     check_java()
-    # Spark's Python workers need this interpreter (pyarrow, the toymb packages), not python3.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -108,7 +107,13 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
     logging.getLogger("py4j").setLevel(logging.WARNING)   # one INFO line per callback otherwise
-    spark = builder.getOrCreate()
+    # Spark's Python workers need this interpreter (pyarrow, the toymb packages), not python3, and
+    # in local mode they import the installed pyspark rather than compile its source zip each time.
+    previous, _ = with_session_python(master)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        restore_python(previous)
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")  # "falling behind"
     spark.dataSource.register(StoreDataSource)

@@ -9,9 +9,9 @@ whatever the content type: nothing is decoded on the way.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -21,6 +21,9 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COLUMNS: tuple[str, ...] = (
     "id", "topic", "partition", "offset", "key", "headers", "timestamp", "content_type", "body",
@@ -44,17 +47,24 @@ HEADERS_TYPE = MapType(StringType(), StringType(), True)
 SOURCE_SCHEMA = StructType([f if f.name != "headers" else StructField("headers", StringType(), False)
                             for f in SPARK_SCHEMA.fields])
 
-ARROW_SCHEMA = pa.schema([
-    pa.field("id", pa.string(), False),
-    pa.field("topic", pa.string(), False),
-    pa.field("partition", pa.int32(), False),
-    pa.field("offset", pa.int64(), False),
-    pa.field("key", pa.string(), True),
-    pa.field("headers", pa.string(), False),
-    pa.field("timestamp", pa.int64(), False),
-    pa.field("content_type", pa.string(), False),
-    pa.field("body", pa.binary(), False),
-])
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """The source's rows as Arrow (headers as JSON text), built on first use: importing pyarrow
+    costs about 0.4 CPU-s, and most of Spark's Python processes that load this module never
+    build a batch."""
+    import pyarrow as pa
+
+    return pa.schema([
+        pa.field("id", pa.string(), False),
+        pa.field("topic", pa.string(), False),
+        pa.field("partition", pa.int32(), False),
+        pa.field("offset", pa.int64(), False),
+        pa.field("key", pa.string(), True),
+        pa.field("headers", pa.string(), False),
+        pa.field("timestamp", pa.int64(), False),
+        pa.field("content_type", pa.string(), False),
+        pa.field("body", pa.binary(), False),
+    ])
 
 # The Parquet journal's layout: <journal>/topic=<t>/date=<yyyy-mm-dd>/ (dates in UTC).
 PARTITION_COLUMNS: tuple[str, ...] = ("topic", "date")

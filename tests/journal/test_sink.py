@@ -47,6 +47,12 @@ def test_plan_ranges_cover_exactly_once() -> None:
     assert covered == expected
 
 
+def test_sparks_python_workers_import_the_installed_pyspark(spark: Any) -> None:
+    """Not the source zip Spark puts first on their path, which each of them would compile again."""
+    files = spark.sparkContext.parallelize([0, 1], 2).map(lambda _: __import__("pyspark").__file__).collect()
+    assert files and all(".zip" not in f for f in files), files
+
+
 def test_a_clear_error_without_java(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nope"))
     with pytest.raises(JavaMissing, match="JAVA_HOME"):
