@@ -16,12 +16,12 @@ def ids(envelopes: list[dict[str, Any]]) -> set[str]:
     return {e["id"] for e in envelopes}
 
 
-def test_two_groups_each_receive_every_message(live: LiveNode, receivers: list[Receiver]) -> None:
+def test_two_groups_each_receive_every_message(steady: LiveNode, receivers: list[Receiver]) -> None:
     a, b = Receiver(), Receiver()
     receivers += [a, b]
-    live.subscribe("orders", "billing", mode="push", url=a.url)
-    live.subscribe("orders", "shipping", mode="push", url=b.url)
-    sent = live.publish("orders", messages(300))
+    steady.subscribe("orders", "billing", mode="push", url=a.url)
+    steady.subscribe("orders", "shipping", mode="push", url=b.url)
+    sent = steady.publish("orders", messages(300))
     want = {s["id"] for s in sent}
     wait_until(lambda: ids(a.messages()) >= want and ids(b.messages()) >= want, timeout=30,
                what="both groups received everything")
@@ -30,16 +30,16 @@ def test_two_groups_each_receive_every_message(live: LiveNode, receivers: list[R
         assert first_seen_in_order(got)
         assert all(e["topic"] == "orders" and "body" in e for e in got)
     for group in ("billing", "shipping"):
-        wait_until(lambda g=group: live.group("orders", g)["total_lag"] == 0, timeout=10, what="lag 0")
+        wait_until(lambda g=group: steady.group("orders", g)["total_lag"] == 0, timeout=10, what="lag 0")
 
 
-def test_four_subscribers_split_the_partitions(live: LiveNode, receivers: list[Receiver]) -> None:
+def test_four_subscribers_split_the_partitions(steady: LiveNode, receivers: list[Receiver]) -> None:
     subs = []
     for _ in range(4):
         r = Receiver()
         receivers.append(r)
-        subs.append((r, live.subscribe("split", "g", mode="push", url=r.url)))
-    state = live.group("split", "g")
+        subs.append((r, steady.subscribe("split", "g", mode="push", url=r.url)))
+    state = steady.group("split", "g")
     holders = state["assignment"]
     assert sorted(int(p) for p in holders) == list(range(100)), "every partition is held"
     counts = {s["id"]: len(s["partitions"]) for s in state["subscribers"]}
@@ -47,7 +47,7 @@ def test_four_subscribers_split_the_partitions(live: LiveNode, receivers: list[R
     owned = [set(s["partitions"]) for s in state["subscribers"]]
     assert sum(len(o) for o in owned) == len(set().union(*owned)) == 100, "no partition is shared"
 
-    sent = live.publish("split", messages(400))
+    sent = steady.publish("split", messages(400))
     wait_until(lambda: sum(len(r.messages()) for r, _ in subs) >= 400, timeout=30, what="all delivered")
     seen: set[str] = set()
     for receiver, sub in subs:
@@ -97,7 +97,7 @@ def test_killing_a_subscriber_moves_its_partitions_without_loss(live: LiveNode,
 
 
 def test_a_receiver_failing_twice_gets_the_message_on_the_third_attempt_in_order(
-        live: LiveNode, receivers: list[Receiver]) -> None:
+        steady: LiveNode, receivers: list[Receiver]) -> None:
     seen: dict[str, int] = {}
 
     def flaky(payload: dict[str, Any]) -> int:
@@ -109,29 +109,29 @@ def test_a_receiver_failing_twice_gets_the_message_on_the_third_attempt_in_order
 
     r = Receiver(flaky)
     receivers.append(r)
-    live.subscribe("flaky", "g", mode="push", url=r.url)
-    sent = live.publish("flaky", [{"id": f"f{i}", "key": "same", "body": i} for i in range(5)])
+    steady.subscribe("flaky", "g", mode="push", url=r.url)
+    sent = steady.publish("flaky", [{"id": f"f{i}", "key": "same", "body": i} for i in range(5)])
     wait_until(lambda: len(r.messages()) >= 5, timeout=30, what="all five acknowledged")
     got = r.messages()
     assert [e["id"] for e in got] == [f"f{i}" for i in range(5)], "acknowledged once each, in order"
     assert [e["offset"] for e in got] == [s["offset"] for s in sent]
     assert seen == {f"f{i}": 3 for i in range(5)}, "acknowledged on the third attempt, never pushed again"
-    metrics = live.get("/metrics").text
+    metrics = steady.get("/metrics").text
     assert 'toymb_push_retries_total{group="g",topic="flaky"}' in metrics
-    assert live.get("/v1/topics/flaky.dlq").status_code == 404
+    assert steady.get("/v1/topics/flaky.dlq").status_code == 404
 
 
 def test_a_receiver_that_always_fails_sends_messages_to_the_dead_letter_topic(
-        live: LiveNode, receivers: list[Receiver]) -> None:
+        steady: LiveNode, receivers: list[Receiver]) -> None:
     r = Receiver(lambda _payload: 500)
     receivers.append(r)
-    live.subscribe("poison", "g", mode="push", url=r.url)
-    sent = live.publish("poison", [{"id": f"p{i}", "key": "one", "headers": {"h": "v"}, "body": {"n": i}}
+    steady.subscribe("poison", "g", mode="push", url=r.url)
+    sent = steady.publish("poison", [{"id": f"p{i}", "key": "one", "headers": {"h": "v"}, "body": {"n": i}}
                                    for i in range(2)])
-    dead = live.subscribe("poison.dlq", "inspect", mode="pull", start="earliest")
+    dead = steady.subscribe("poison.dlq", "inspect", mode="pull", start="earliest")
 
     def dead_letters() -> list[dict[str, Any]]:
-        resp = live.get("/v1/topics/poison.dlq/groups/inspect/messages",
+        resp = steady.get("/v1/topics/poison.dlq/groups/inspect/messages",
                         params={"subscriber": dead["subscriber_id"], "max": 10})
         return list(resp.json()["messages"])
 
@@ -153,8 +153,8 @@ def test_a_receiver_that_always_fails_sends_messages_to_the_dead_letter_topic(
     assert first["headers"]["toymb.dlq.source.partition"] == str(sent[0]["partition"])
     assert first["headers"]["toymb.dlq.source.offset"] == str(sent[0]["offset"])
     assert len([e for e in r.attempts() if e["id"] == "p0"]) == 3
-    wait_until(lambda: live.group("poison", "g")["total_lag"] == 0, timeout=10, what="partition moved on")
-    assert 'toymb_dead_letters_total{group="g",topic="poison"} 2.0' in live.get("/metrics").text
+    wait_until(lambda: steady.group("poison", "g")["total_lag"] == 0, timeout=10, what="partition moved on")
+    assert 'toymb_dead_letters_total{group="g",topic="poison"} 2.0' in steady.get("/metrics").text
 
 
 def test_a_subscriber_that_keeps_failing_loses_its_lease_and_its_partitions(

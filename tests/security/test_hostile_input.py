@@ -218,9 +218,10 @@ def test_a_store_outage_is_a_503_with_retry_after(pg_url: str, tmp_path: Path) -
 
 def test_a_lone_surrogate_stored_as_bytes_is_pushed_as_base64_and_the_partition_moves(tmp_path: Path) -> None:
     """The push body is UTF-8: a stored row that would render a lone surrogate must not block it."""
+    from tests.delivery.conftest import STEADY_LEASE_MS
     from tests.delivery.support import LiveNode, Receiver
 
-    live, receiver = LiveNode(tmp_path), Receiver()
+    live, receiver = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS), Receiver()
     try:
         node = live.node
         topic = node.topic("cesu", create=True, partitions=1)

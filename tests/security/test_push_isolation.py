@@ -118,7 +118,10 @@ def test_a_dripping_receiver_holds_a_push_no_longer_than_its_total_deadline(
 def test_slow_receivers_do_not_delay_other_subscribers_or_publishers(
         tmp_path: Path, drippers: list[Dripper], receivers: list[Receiver]) -> None:
     # More slow receivers than the old fixed pool of 8 push threads, dripping status or body.
-    live = LiveNode(tmp_path, push_timeout_ms=30000, push_max_attempts=100)
+    # Leases are not under test: no subscriber here heartbeats, so each lease must outlast the test.
+    # (With the 2 s lease of FAST, a run slowed past 2 s by a loaded machine lost the healthy
+    # subscriber's lease, and its next message waited for nobody.)
+    live = LiveNode(tmp_path, push_timeout_ms=30000, push_max_attempts=100, subscriber_lease_ms=600_000)
     healthy = Receiver()
     receivers.append(healthy)
     try:
