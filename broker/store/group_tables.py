@@ -73,13 +73,9 @@ class Positioned(Protocol):
     def offset(self) -> int: ...
 
 
-class SizedRow(Protocol):
+class SizedRow(Positioned, Protocol):
     """A message's place and weight (see :meth:`GroupTables.sizes`), read without its body."""
 
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
     @property
     def size(self) -> int: ...
 
