@@ -11,6 +11,7 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 KAFKA = os.environ.get("TOYMB_TEST_KAFKA", "127.0.0.1:9092")
 STOMP = os.environ.get("TOYMB_TEST_STOMP", "127.0.0.1:61613")
@@ -99,5 +100,99 @@ def nats_publish(count: int, size: int, window: int = 256) -> float | None:
         await js.delete_stream(stream)
         await nc.close()
         return count / elapsed
+
+    return asyncio.run(go())
+
+
+def stomp_send_concurrent(count: int, size: int, connections: int, *, receipt_each: bool) -> float | None:
+    """Persistent sends over ``connections`` STOMP connections at once (one thread each).
+
+    With ``receipt_each`` every send waits for its receipt (ActiveMQ's ack after the store wrote
+    it: the peer of a publish acked after commit); otherwise only each connection's last does.
+    """
+    if not _up(STOMP):
+        return None
+    import threading
+
+    import stomp
+
+    host, port = STOMP.rsplit(":", 1)
+    queue = f"/queue/bench-{uuid.uuid4().hex[:8]}"
+    body = "x" * size
+    per = count // connections
+
+    class Receipts(stomp.ConnectionListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seen = threading.Condition()
+            self.last = ""
+
+        def on_receipt(self, frame: stomp.utils.Frame) -> None:
+            with self.seen:
+                self.last = frame.headers.get("receipt-id", "")
+                self.seen.notify_all()
+
+        def wait(self, receipt: str) -> None:
+            with self.seen:
+                if not self.seen.wait_for(lambda: self.last == receipt, timeout=60):
+                    raise TimeoutError(f"no STOMP receipt {receipt}")
+
+    conns = []
+    for _ in range(connections):
+        conn = stomp.Connection([(host, int(port))])
+        listener = Receipts()
+        conn.set_listener("receipts", listener)
+        conn.connect(wait=True)
+        conns.append((conn, listener))
+
+    def send(conn: Any, listener: Receipts, n: int) -> None:
+        for i in range(per):
+            headers = {"persistent": "true"}
+            if receipt_each or i == per - 1:
+                headers["receipt"] = f"r{n}-{i}"
+                conn.send(queue, body, headers=headers)
+                listener.wait(headers["receipt"])
+            else:
+                conn.send(queue, body, headers=headers)
+
+    threads = [threading.Thread(target=send, args=(c, lst, n)) for n, (c, lst) in enumerate(conns)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    for conn, _ in conns:
+        conn.disconnect()
+    return per * connections / elapsed
+
+
+def nats_publish_concurrent(count: int, size: int, publishers: int, in_flight: int = 1) -> float | None:
+    """JetStream publishes from ``publishers`` concurrent publishers, each with ``in_flight`` unacked.
+
+    ``in_flight=1`` is synchronous publishing (each publish awaits its ack before the next);
+    more is asynchronous publishing with that window per publisher.
+    """
+    if not _up(NATS):
+        return None
+    import nats
+
+    async def go() -> float:
+        nc = await nats.connect(NATS)
+        js = nc.jetstream()
+        stream = f"bench{uuid.uuid4().hex[:8]}"
+        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
+        payload = b"x" * size
+        per = count // publishers
+
+        async def publisher() -> None:
+            for start in range(0, per, in_flight):
+                await asyncio.gather(*(js.publish(f"{stream}.m", payload) for _ in range(min(in_flight, per - start))))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(publisher() for _ in range(publishers)))
+        elapsed = time.perf_counter() - started
+        await js.delete_stream(stream)
+        await nc.close()
+        return per * publishers / elapsed
 
     return asyncio.run(go())

@@ -9,50 +9,22 @@ import json
 import multiprocessing
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from bench import peers
-from bench.common import BenchNode, free_port, own_peak_rss_mb, peak_rss_mb, report, write_results
-from broker.store import schema
+from bench import ceilings, peers
+from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
 
 BODY = "x" * 256
 BATCH = 100
-
-
-def raw_sqlite_ceiling(rows: int) -> float:
-    """Bare ``executemany`` of the same rows into the same table, WAL, full sync, 1,000 rows a commit."""
-    folder = Path(tempfile.mkdtemp(prefix="toymb-raw-"))
-    try:
-        from sqlalchemy import create_engine
-
-        engine = create_engine(f"sqlite:///{folder / 'raw.db'}")
-        schema.metadata.create_all(engine)
-        engine.dispose()
-        conn = sqlite3.connect(folder / "raw.db")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        now = int(time.time() * 1000)
-        data = [("raw", i % 100, i // 100, uuid.uuid4().hex, f"k{i}", "{}", "text/plain", BODY.encode(), now)
-                for i in range(rows)]
-        started = time.perf_counter()
-        for start in range(0, rows, 1000):
-            conn.executemany('INSERT INTO toymb_messages (topic, partition, "offset", id, key, headers, '
-                             "content_type, body, timestamp) VALUES (?,?,?,?,?,?,?,?,?)", data[start:start + 1000])
-            conn.commit()
-        elapsed = time.perf_counter() - started
-        conn.close()
-        return rows / elapsed
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+BATCHED_CLIENTS = 4
+SINGLE_CONNECTIONS = 32
 
 
 def _batch_client(url: str, seconds: float, result: Any) -> None:
@@ -127,54 +99,58 @@ def concurrent_singles(url: str, body: str, connections: int, seconds: float) ->
     return _rate_of_processes(_single_client, (url, body, connections // 4, seconds), 4, seconds)
 
 
-def echo_ceiling(body: str, connections: int, seconds: float, threads: int) -> float:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "bench.echo_server", str(port), str(threads)])
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                requests.get(f"http://127.0.0.1:{port}/ready", timeout=1)
-                break
-            except requests.RequestException:
-                time.sleep(0.1)
-        return concurrent_singles(f"http://127.0.0.1:{port}/echo", body, connections, seconds)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
+    """Node against its ceilings and its peers, each at the node's own concurrency, in one run."""
     seconds = 3.0 if quick else 10.0
-    peer_count = 5_000 if quick else 50_000
-    results: dict[str, Any] = {"quick": quick, "message_bytes": 256}
-    results["raw_sqlite_rows_per_s"] = raw_sqlite_ceiling(50_000 if quick else 300_000)
+    peer_count = 5_000 if quick else 30_000
+    results: dict[str, Any] = {"quick": quick, "message_bytes": 256, "batch": BATCH,
+                               "batched_clients": BATCHED_CLIENTS, "single_connections": SINGLE_CONNECTIONS}
+    results["raw_sqlite_rows_per_s"] = ceilings.sqlite_rows_per_s(50_000 if quick else 300_000, BODY.encode())
     single_body = json.dumps({"key": "k", "body": BODY, "content_type": "text/plain"})
-    threads = 32
-    with BenchNode({"TOYMB_THREADS": str(threads)}) as node:
+    with BenchNode({"TOYMB_THREADS": str(SINGLE_CONNECTIONS)}) as node:
         url = f"{node.url}/v1/topics/bench/messages"
-        results["batched_publish_msgs_per_s"] = batched_publish(url, clients=4, seconds=seconds)
-        results["single_publish_req_per_s"] = concurrent_singles(url, single_body, 32, seconds)
+        results["batched_publish_msgs_per_s"] = batched_publish(url, clients=BATCHED_CLIENTS, seconds=seconds)
+        results["single_publish_req_per_s"] = concurrent_singles(url, single_body, SINGLE_CONNECTIONS, seconds)
         results["node_peak_rss_mb"] = peak_rss_mb(node.pid)
         stored = sum(requests.get(f"{node.url}/v1/topics/bench", timeout=10).json()["end_offsets"].values())
         results["messages_stored"] = stored
-    results["echo_req_per_s"] = echo_ceiling(single_body, 32, seconds, threads)
+    with ceilings.BareWsgiServer(SINGLE_CONNECTIONS) as bare:
+        results["bare_wsgi_req_per_s"] = concurrent_singles(f"{bare.url}/publish", single_body,
+                                                            SINGLE_CONNECTIONS, seconds)
     results["load_generator"] = "wrk" if shutil.which("wrk") else "python"
-    results["ratio_batched_vs_raw_sqlite"] = results["batched_publish_msgs_per_s"] / results["raw_sqlite_rows_per_s"]
-    results["ratio_single_vs_echo"] = results["single_publish_req_per_s"] / results["echo_req_per_s"]
-    bars = {"batched / raw SQLite": results["ratio_batched_vs_raw_sqlite"],
-            "single / echo": results["ratio_single_vs_echo"]}
-    for name, fn in (("kafka", peers.kafka_produce), ("activemq_stomp", peers.stomp_send),
-                     ("nats_jetstream", peers.nats_publish)):
+    peer_runs: dict[str, Any] = {
+        "kafka_producer": lambda: peers.kafka_produce(peer_count, 256),
+        "activemq_stomp_persistent": lambda: peers.stomp_send_concurrent(
+            peer_count, 256, BATCHED_CLIENTS, receipt_each=False),
+        "activemq_stomp_receipt_each": lambda: peers.stomp_send_concurrent(
+            peer_count // 4, 256, SINGLE_CONNECTIONS, receipt_each=True),
+        "jetstream_async": lambda: peers.nats_publish_concurrent(peer_count, 256, BATCHED_CLIENTS, in_flight=BATCH),
+        "jetstream_sync": lambda: peers.nats_publish_concurrent(peer_count // 4, 256, SINGLE_CONNECTIONS),
+    }
+    for name, measure in peer_runs.items():
         try:
-            rate = fn(peer_count, 256)
+            results[f"peer_{name}_msgs_per_s"] = measure()
         except Exception as exc:  # noqa: BLE001 - a broken peer is reported, not fatal
             print(f"peer {name} failed: {exc}")
-            rate = None
-        results[f"peer_{name}_msgs_per_s"] = rate
-        if rate:
-            results[f"ratio_batched_vs_{name}"] = results["batched_publish_msgs_per_s"] / rate
-            bars[f"batched / {name}"] = results[f"ratio_batched_vs_{name}"]
+            results[f"peer_{name}_msgs_per_s"] = None
+    batched, single = results["batched_publish_msgs_per_s"], results["single_publish_req_per_s"]
+    ratios = {
+        # (name, numerator, denominator key, the issue's floor)
+        "batched / raw SQLite": (batched, "raw_sqlite_rows_per_s", 0.5),
+        "batched / ActiveMQ STOMP persistent": (batched, "peer_activemq_stomp_persistent_msgs_per_s", 2.0),
+        "batched / JetStream async": (batched, "peer_jetstream_async_msgs_per_s", 1.0),
+        "batched / Kafka producer": (batched, "peer_kafka_producer_msgs_per_s", None),
+        "single / ActiveMQ STOMP receipt each": (single, "peer_activemq_stomp_receipt_each_msgs_per_s", 2.0),
+        "single / JetStream sync": (single, "peer_jetstream_sync_msgs_per_s", 0.5),
+        "single / bare WSGI, same server": (single, "bare_wsgi_req_per_s", 0.3),
+    }
+    bars: dict[str, float] = {}
+    for name, (value, key, floor) in ratios.items():
+        if results.get(key):
+            bars[name] = value / results[key]
+            results[f"ratio {name}"] = bars[name]
+            if floor is not None:
+                results[f"ratio {name} meets {floor}"] = bars[name] >= floor
     results["bench_process_peak_rss_mb"] = own_peak_rss_mb()
     report("publish", results)
     write_results(out_dir, "publish", results, bars)
