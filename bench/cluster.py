@@ -25,6 +25,7 @@ import requests
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from bench import ceilings
 from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
 from broker.cluster.ownership import Member, owner
 from broker.node import node_id
@@ -184,7 +185,12 @@ def run(quick: bool, out_dir: Path) -> dict[str, Any]:
         for node in nodes.values():
             node.__exit__(None, None, None)
 
+    bare = ceilings.postgres_rows_per_s(database_url, 20_000 if quick else 100_000, b"x" * 256)
     results: dict[str, Any] = {
+        "bare_postgres_executemany_rows_per_s": bare["executemany"],
+        "bare_postgres_copy_rows_per_s": bare["copy"],
+        "three_nodes_vs_bare_executemany": three_rate / bare["executemany"],
+        "three_nodes_vs_bare_executemany_meets_0.5": three_rate / bare["executemany"] >= 0.5,
         "one_node_msgs_per_s": one_rate,
         "three_nodes_msgs_per_s": three_rate,
         "cluster_vs_one_node_ratio": three_rate / one_rate if one_rate else float("nan"),
@@ -205,6 +211,7 @@ def run(quick: bool, out_dir: Path) -> dict[str, Any]:
     report("cluster (PostgreSQL, 3 nodes on one machine)", results)
     write_results(out_dir, "cluster", results, bars={
         "3 nodes / 1 node throughput": results["cluster_vs_one_node_ratio"],
+        "3 nodes / bare executemany": results["three_nodes_vs_bare_executemany"],
         "failover / lease (max)": results["failover_in_lease_periods_max"],
     })
     return results
