@@ -19,7 +19,7 @@ from typing import Any
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
 from .partitioning import partition_for
-from .store import AppendTx, MessageStore, Store, Topic
+from .store import AppendTx, GivenId, MessageStore, Store, Topic
 from .store.errors import STORE_REFUSED_VALUE
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,8 @@ class Appender:
                         except BrokerError as exc:
                             fenced[name] = exc
                             self._next.pop(name, None)
-                results, rows, ends = self._assign(txn, [r for r in batch if r.topic.name not in fenced])
-                txn.write(rows, ends)
+                results, rows, ends, given_ids = self._assign(txn, [r for r in batch if r.topic.name not in fenced])
+                txn.write(rows, ends, given_ids)
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
             for name in names:
                 self._next.pop(name, None)
@@ -196,8 +196,8 @@ class Appender:
                 except Exception:
                     log.exception("commit listener failed")
 
-    def _assign(self, txn: AppendTx, batch: list[_Request]
-                ) -> tuple[dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int]]:
+    def _assign(self, txn: AppendTx, batch: list[_Request]) -> tuple[
+            dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int], list[GivenId]]:
         by_topic: dict[str, list[str]] = {}
         for request in batch:
             by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages if m.given_id)
@@ -209,6 +209,7 @@ class Appender:
                 known[(name, msg_id)] = Stored(msg_id, name, p, o, duplicate=True)
         ends: dict[tuple[str, int], int] = {}
         rows: list[tuple[Any, ...]] = []
+        given_ids: list[GivenId] = []
         results: dict[int, list[Stored]] = {}
         for request in batch:
             name = request.topic.name
@@ -222,7 +223,9 @@ class Appender:
                 ends[(name, partition)] = offset + 1
                 rows.append(Store.row(name, partition, offset, message))
                 stored = Stored(message.id, name, partition, offset)
-                known[(name, message.id)] = stored
+                if message.given_id:
+                    given_ids.append((name, message.id, partition, offset))
+                    known[(name, message.id)] = stored
                 out.append(stored)
             results[id(request)] = out
-        return results, rows, ends
+        return results, rows, ends, given_ids

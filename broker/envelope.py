@@ -6,12 +6,14 @@ import base64
 import binascii
 import json
 import math
+import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
+
+import orjson
 
 from .errors import BadRequest, LimitExceeded, PayloadTooLarge
 
@@ -25,6 +27,8 @@ BINARY_TYPE = "application/octet-stream"
 # way): every client library, and the broker's own renderer, can read it back.
 MAX_JSON_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# An integer this long may not fit in 64 bits, where orjson would read it as a float.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def _finite(text: str) -> float:
@@ -66,7 +70,27 @@ def strict_json(raw: bytes | str) -> Any:
 
     Refused: invalid UTF-8, NaN, Infinity and numbers that overflow a double, lone surrogate
     escapes, and nesting deeper than MAX_JSON_DEPTH.
+
+    orjson parses first (about five times faster than the standard library, and on the publish
+    path for every request). It refuses all of the above itself except depth, and it accepts
+    nothing the standard library refuses, but it reads an integer beyond 64 bits as a float: a
+    document with 19 or more digits in a row, and every document orjson refuses, goes through the
+    standard library, which keeps such integers exact and names what is wrong.
     """
+    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None:
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+                _check_tree(value, False)
+            return value
+    return _stdlib_strict_json(raw)
+
+
+def _stdlib_strict_json(raw: bytes | str) -> Any:
+    """:func:`strict_json` with the standard library alone (exact big integers, precise errors)."""
     if isinstance(raw, bytes):
         # json.loads would guess UTF-16 or UTF-32 and decode with "surrogatepass", so a lone
         # surrogate encoded as bytes (\xed\xa0\x80) would get through: JSON is UTF-8, strictly.
@@ -211,7 +235,8 @@ def parse_message(obj: Any, limits: Limits) -> NewMessage:
         raise BadRequest(f"unknown message fields: {', '.join(sorted(unknown))}", code="bad_message")
     msg_id = obj.get("id")
     given_id = msg_id is not None
-    msg_id = _string(msg_id, "id", limits.max_id) if given_id else uuid.uuid4().hex
+    # 128 random bits, as a UUID4 has (less its 6 fixed ones), at a quarter of uuid4()'s cost.
+    msg_id = _string(msg_id, "id", limits.max_id) if given_id else os.urandom(16).hex()
     key = obj.get("key")
     key = None if key is None else _string(key, "key", limits.max_id, allow_empty=True)
     content_type = obj.get("content_type")

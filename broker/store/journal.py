@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, delete, func, select
 
-from .schema import group_offsets, journal_offsets, messages, partitions, subscribers
+from .schema import group_offsets, journal_offsets, message_ids, messages, partitions, subscribers
 from .sql import Store, normalize_url, open_engine
 
 # One contiguous run of offsets: (topic, partition, from offset, to offset exclusive).
@@ -191,4 +191,12 @@ class JournalStore:
                 messages.c.topic == topic, messages.c.partition == partition,
                 messages.c.offset >= low, messages.c.offset < high,
                 messages.c.timestamp < cutoff_ms)).rowcount
+            if count:
+                # The ids of the rows just deleted may be published again, as new messages.
+                gone = ~select(messages.c.offset).where(
+                    messages.c.topic == message_ids.c.topic, messages.c.partition == message_ids.c.partition,
+                    messages.c.offset == message_ids.c.offset).exists()
+                conn.execute(delete(message_ids).where(
+                    message_ids.c.topic == topic, message_ids.c.partition == partition,
+                    message_ids.c.offset >= low, message_ids.c.offset < high, gone))
         return int(count or 0)

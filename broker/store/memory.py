@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from ..envelope import MessageRow
 from .group_tables import Subscriber
-from .sql import Topic, TopicClaim
+from .sql import GivenId, Topic, TopicClaim
 
 SCHEME = "memory://"
 
@@ -93,6 +93,7 @@ class MemoryAppendTx:
         self._claims: dict[str, Topic] = {}
         self._rows: list[MemoryRow] = []
         self._ends: dict[tuple[str, int], int] = {}
+        self._given_ids: list[GivenId] = []
 
     def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None:
         found = self._claims.get(topic) or self._data.topics.get(topic)
@@ -115,17 +116,20 @@ class MemoryAppendTx:
         known = self._data.ids
         return {i: known[(topic, i)] for i in ids if (topic, i) in known}
 
-    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int]) -> None:
+    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
+              given_ids: list[GivenId]) -> None:
         # The column order of Store.row: topic, partition, offset, id, key, headers, type, body, ts.
         self._rows.extend(MemoryRow(*row) for row in rows)
         self._ends.update(ends)
+        self._given_ids.extend(given_ids)
 
     def commit(self) -> None:
         data = self._data
         data.topics.update(self._claims)
         for row in self._rows:
             data.rows.setdefault((row.topic, row.partition), []).append(row)
-            data.ids.setdefault((row.topic, row.id), (row.partition, row.offset))
+        for topic, msg_id, partition, offset in self._given_ids:
+            data.ids.setdefault((topic, msg_id), (partition, offset))
         data.ends.update(self._ends)
 
 

@@ -21,7 +21,7 @@ from ..envelope import MessageRow
 from .cluster import Beat, NodeTable
 from .group_tables import Subscriber
 from .journal import Range
-from .sql import Topic, TopicClaim
+from .sql import GivenId, Topic, TopicClaim
 
 
 class AppendTx(Protocol):
@@ -31,7 +31,8 @@ class AppendTx(Protocol):
     def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool: ...
     def end_offsets(self, topic: str) -> dict[int, int]: ...
     def existing_ids(self, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]: ...
-    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int]) -> None: ...
+    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
+              given_ids: list[GivenId]) -> None: ...
 
 
 class MessageStore(Protocol):

@@ -13,7 +13,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    UniqueConstraint,
 )
 
 metadata = MetaData()
@@ -54,7 +53,21 @@ messages = Table(
     Column("body", LargeBinary, nullable=False),
     Column("timestamp", BigInteger, nullable=False),
     PrimaryKeyConstraint("topic", "partition", "offset", name="pk_toymb_messages"),
-    UniqueConstraint("topic", "id", name="uq_toymb_messages_id"),
+)
+
+# The ids publishers gave, so that publishing one again answers with the stored coordinates
+# (idempotent publishing). An id the broker made up is 128 random bits and cannot be published
+# again by anyone, so it is not indexed: a keyless, id-less publish pays no random-index insert.
+# A row lives as long as its message (retention deletes both).
+message_ids = Table(
+    "toymb_message_ids",
+    metadata,
+    Column("topic", String(200), nullable=False),
+    Column("id", String(256), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "id", name="pk_toymb_message_ids"),
+    Index("ix_toymb_message_ids_position", "topic", "partition", "offset"),
 )
 
 subscribers = Table(

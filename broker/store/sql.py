@@ -15,19 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from ..envelope import MessageRow, NewMessage
 from . import schema
-from .schema import messages, partitions, topics
+from .schema import message_ids, messages, partitions, topics
 
 log = logging.getLogger(__name__)
 # The PostgreSQL advisory lock that serialises schema creation (any constant: "toymb" in ASCII).
 _SCHEMA_LOCK_KEY = 0x746F796D62
 
 _ID_CHUNK = 500
+
+# A publisher-given id's row in toymb_message_ids: (topic, id, partition, offset).
+GivenId = tuple[str, str, int, int]
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,15 @@ class Store:
                         # table missing and the second CREATE fails (DuplicateTable). DDL is
                         # transactional there, so the lock holds until the tables are committed.
                         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                    upgrading = inspect(conn).has_table(messages.name) and not inspect(conn).has_table(
+                        message_ids.name)
                     schema.metadata.create_all(conn)
+                    if upgrading:
+                        # A store from before toymb_message_ids held every id in toymb_messages (unique
+                        # per topic): index them all, so that ids published before stay idempotent.
+                        conn.execute(message_ids.insert().from_select(
+                            ["topic", "id", "partition", "offset"],
+                            select(messages.c.topic, messages.c.id, messages.c.partition, messages.c.offset)))
                 return
             except (IntegrityError, OperationalError) as exc:  # another process raced us
                 if attempt == 4:
@@ -227,17 +238,19 @@ class AppendTransaction:
         return self._store.end_offsets(topic, self._conn)
 
     def existing_ids(self, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """Coordinates of the ids among ``ids`` that ``topic`` already holds."""
+        """Coordinates of the publisher-given ids among ``ids`` that ``topic`` already holds."""
         found: dict[str, tuple[int, int]] = {}
         for start in range(0, len(ids), _ID_CHUNK):
             chunk = ids[start : start + _ID_CHUNK]
-            query = select(messages.c.id, messages.c.partition, messages.c.offset).where(
-                messages.c.topic == topic, messages.c.id.in_(chunk))
+            query = select(message_ids.c.id, message_ids.c.partition, message_ids.c.offset).where(
+                message_ids.c.topic == topic, message_ids.c.id.in_(chunk))
             found.update({i: (p, o) for i, p, o in self._conn.execute(query)})
         return found
 
-    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int]) -> None:
-        """Insert message rows (from :meth:`Store.row`) and move the partitions' next offsets.
+    def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
+              given_ids: list[GivenId]) -> None:
+        """Insert message rows (from :meth:`Store.row`), index the publisher-given ids among them
+        (``(topic, id, partition, offset)``), and move the partitions' next offsets.
 
         It goes straight to the DBAPI's ``executemany``:
         this is the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
@@ -248,6 +261,10 @@ class AppendTransaction:
             conn.exec_driver_sql(
                 'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, body, '
                 f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
+        if given_ids:
+            conn.exec_driver_sql(
+                f'INSERT INTO toymb_message_ids (topic, id, "partition", "offset") VALUES ({", ".join([mark] * 4)})',
+                given_ids)
         if ends:
             conn.exec_driver_sql(
                 f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',

@@ -80,3 +80,6 @@ def test_delete_expired_removes_only_old_rows_in_the_range_and_readers_see_it(
     # Once its row is gone, an id is free again: publishing it stores a new message.
     again = appender.append(topic, [message(0, key)])[0]
     assert not again.duplicate and again.offset == 8
+    # An id whose row retention kept stays taken.
+    kept = appender.append(topic, [message(6, key)])[0]
+    assert kept.duplicate and (kept.partition, kept.offset) == (0, 6)
