@@ -26,15 +26,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def peak_rss_mb(pid: int) -> float:
-    """Peak resident memory (VmHWM) of a live process, in MiB."""
+def _status_mb(pid: int, field: str) -> float:
+    """A memory line (``VmHWM``, ``VmRSS``) of a live process's /proc status, in MiB."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
     return float("nan")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a live process, in MiB."""
+    return _status_mb(pid, "VmHWM")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory (VmRSS) of a live process now, in MiB."""
+    return _status_mb(pid, "VmRSS")
 
 
 def own_peak_rss_mb() -> float:

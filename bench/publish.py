@@ -19,7 +19,7 @@ from typing import Any
 import requests
 
 from bench import ceilings, peers
-from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
+from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, rss_mb, write_results
 
 BODY = "x" * 256
 BATCH = 100
@@ -110,6 +110,35 @@ def concurrent_singles(url: str, body: str, connections: int, seconds: float) ->
     return _rate_of_processes(_single_client, (url, body, connections // 4, seconds), 4, seconds)
 
 
+def rss_over_a_million(url: str, node_pid: int, rate: float) -> dict[str, Any]:
+    """Publish about 1,000,000 messages in batches and sample the node's RSS every half second."""
+    import threading
+
+    samples: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            samples.append(rss_mb(node_pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    before = _stored(url)
+    try:
+        batched_publish(url, BATCHED_CLIENTS, max(5.0, 1_000_000 / rate * 1.1))
+    finally:
+        done.set()
+        sampler.join()
+    tenth = max(1, len(samples) // 10)
+    return {"million_messages_published": _stored(url) - before, "million_rss_mb_first_tenth": max(samples[:tenth]),
+            "million_rss_mb_last_tenth": max(samples[-tenth:]), "million_rss_mb_peak": max(samples)}
+
+
+def _stored(url: str) -> int:
+    topic_url = url.rsplit("/messages", 1)[0]
+    return int(sum(requests.get(topic_url, timeout=10).json()["end_offsets"].values()))
+
+
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
     """Node against its ceilings and its peers, each at the node's own concurrency, in one run."""
     seconds = 3.0 if quick else 10.0
@@ -122,6 +151,8 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         url = f"{node.url}/v1/topics/bench/messages"
         results["batched_publish_msgs_per_s"] = batched_publish(url, clients=BATCHED_CLIENTS, seconds=seconds)
         results["single_publish_req_per_s"] = concurrent_singles(url, single_body, SINGLE_CONNECTIONS, seconds)
+        if not quick:
+            results.update(rss_over_a_million(url, node.pid, results["batched_publish_msgs_per_s"]))
         results["node_peak_rss_mb"] = peak_rss_mb(node.pid)
         stored = sum(requests.get(f"{node.url}/v1/topics/bench", timeout=10).json()["end_offsets"].values())
         results["messages_stored"] = stored

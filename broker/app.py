@@ -11,6 +11,7 @@ from werkzeug.exceptions import HTTPException
 from . import config as config_module
 from .api import ROUTES_EXTENSION, compat, health, json_object, openapi, topics
 from .api import node as node_of_app
+from .api.fast_json import FastJSONProvider
 from .api.routes import Route, Routes
 from .cluster import api as cluster_api
 from .config import Settings
@@ -112,8 +113,8 @@ def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool
     if not isinstance(settings, Settings):
         settings = config_module.load(overrides=settings or {})
     app = Flask("toymb")
+    app.json = FastJSONProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request
-    app.json.sort_keys = False  # type: ignore[attr-defined]
     routes = Routes(ROUTE_TABLES)
     node, authorizer = build_node(settings, routes)
     app.extensions["toymb"] = node

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import os
@@ -27,8 +28,11 @@ BINARY_TYPE = "application/octet-stream"
 # way): every client library, and the broker's own renderer, can read it back.
 MAX_JSON_DEPTH = 128
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-# An integer this long may not fit in 64 bits, where orjson would read it as a float.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# An integer this long may not fit in 64 bits, where orjson would read it as a float. Found by
+# mapping every digit to "0" and searching for the run: both run at memory speed, where a regex
+# tried at every position cost a fifth of a batched publish.
+_ALL_DIGITS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
 
 
 def _finite(text: str) -> float:
@@ -77,7 +81,7 @@ def strict_json(raw: bytes | str) -> Any:
     document with 19 or more digits in a row, and every document orjson refuses, goes through the
     standard library, which keeps such integers exact and names what is wrong.
     """
-    if isinstance(raw, bytes) and _LONG_DIGITS.search(raw) is None:
+    if isinstance(raw, bytes) and _LONG_DIGITS not in raw.translate(_ALL_DIGITS_ZERO):
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -143,11 +147,15 @@ class NewMessage:
     given_id: bool = True
 
 
+# Both run for every message published and delivered; a service uses few content types, and the
+# caches are bounded.
+@functools.lru_cache(maxsize=1024)
 def is_json_type(content_type: str) -> bool:
     base = content_type.split(";", 1)[0].strip().lower()
     return base == JSON_TYPE or base.endswith("+json")
 
 
+@functools.lru_cache(maxsize=1024)
 def is_text_type(content_type: str) -> bool:
     base = content_type.split(";", 1)[0].strip().lower()
     return base.startswith("text/") or base.endswith(("+xml", "/xml"))
@@ -230,8 +238,8 @@ def parse_message(obj: Any, limits: Limits) -> NewMessage:
     """
     if not isinstance(obj, dict):
         raise BadRequest("a message must be a JSON object", code="bad_message")
-    unknown = set(obj) - _INPUT_KEYS
-    if unknown:
+    if not _INPUT_KEYS.issuperset(obj):
+        unknown = set(obj) - _INPUT_KEYS
         raise BadRequest(f"unknown message fields: {', '.join(sorted(unknown))}", code="bad_message")
     msg_id = obj.get("id")
     given_id = msg_id is not None

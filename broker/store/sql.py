@@ -223,8 +223,12 @@ class AppendTransaction:
             conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
                               "set_config('idle_in_transaction_session_timeout', :t, true)"),
                          {"t": f"{lock_timeout_ms}ms"})
-        row = conn.execute(select(topics.c.owner, topics.c.epoch).where(topics.c.name == topic)
-                           .with_for_update()).first()
+            row = conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
+                                       (topic,)).first()
+        else:
+            # Run by every commit: a plain statement skips SQLAlchemy's compile-cache look-up. SQLite has
+            # no FOR UPDATE (the write transaction is the lock).
+            row = conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = ?", (topic,)).first()
         return None if row is None else TopicClaim(row.owner, int(row.epoch or 0))
 
     def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool:
