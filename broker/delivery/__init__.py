@@ -8,6 +8,7 @@ only cache it.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from ..store import GroupRepository, MessageStore
     from ..topics import Topics
     from .deadletter import DeadLetters
+
+log = logging.getLogger(__name__)
+
 
 class Delivery:
     """The delivery side of one node (``node.delivery``)."""
@@ -62,11 +66,26 @@ class Delivery:
         """
         partitions = self.topics.get(topic, create=create).partitions
         lease = NEVER_MS if compat and mode == "push" else self.lease_until()
+        if compat and mode == "push":
+            self._take_over_address(topic, partitions, group, sid, url)
         result = self.groups.register(topic, partitions, group, sid, mode=mode, url=url, compat=compat,
                                       lease_until_ms=lease, start=start,
                                       max_members=self.settings.max_subscribers)
         self.dispatcher.invalidate(topic, group)
         return result
+
+    def _take_over_address(self, topic: str, partitions: int, group: str, sid: str, url: str | None) -> None:
+        """Remove the group's earlier ToyMB push subscribers at ``url``: the same receiver, restarted.
+
+        ToyMB's driver registers a fresh id at every start and never unsubscribes, and its receiver
+        answers 500 for an id it does not know. Left in place, the earlier id would keep its
+        partitions, and their pushes would fail until dead-lettered.
+        """
+        for member in self.groups.members(topic, group):
+            if member.compat and member.url == url and member.id != sid:
+                self.groups.remove(topic, partitions, group, member.id)
+                log.info("ToyMB subscriber %s of %s/%s re-registered at %s as %s: the earlier id is removed",
+                         member.id, topic, group, url, sid)
 
     def unregister(self, topic: str, group: str, sid: str) -> None:
         """Remove a subscriber; its partitions go to the others.

@@ -373,6 +373,12 @@ class Dispatcher:
 
     def _failed(self, state: GroupLanes, target: Target, failed: dict[int, tuple[Any, Outcome]]) -> None:
         s = self.settings
+        if self.groups.get(target.sub.id) is None:
+            # The subscriber left the group while its push was in flight (a ToyMB receiver that
+            # restarted, re-registered, and answers 500 for its former id): the message is not at
+            # fault, and the partition's next push goes to whoever holds it now.
+            self.invalidate(state.topic, state.group)
+            return
         now = time.monotonic()
         to_dead: list[tuple[int, Any, Outcome, int]] = []
         revoke = False
