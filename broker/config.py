@@ -1,7 +1,8 @@
 """All settings of a node (and of the journal job), in one place, validated once at startup.
 
-Precedence, lowest first: defaults, the properties file (ToyMB's names or ours), ``TOYMB_*``
-environment variables, then command-line flags. An unknown key in the file or an unknown
+Precedence, lowest first: defaults, the properties file (ToyMB's names or ours), ToyMB's names
+in the environment (:mod:`broker.toymb_names`), ``TOYMB_*`` environment variables, then
+command-line flags. An unknown key in the file or an unknown
 ``TOYMB_*`` variable is a :class:`~broker.errors.ConfigError`, so a typo never goes unnoticed.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import click
 
+from . import toymb_names
 from .errors import ConfigError
 
 # Variables read by other programs of the distribution (driver, tests), not by a node.
@@ -227,12 +229,26 @@ def load(
             raise ConfigError(f"{where}: bad value {raw!r} for {setting.attr}: {exc}") from None
 
     config_file = config_file or environ.get("TOYMB_CONFIG") or None
+    datasource: dict[str, str] = {}  # ToyMB's spring.datasource.* and spring.jpa.* keys, file then environment
     if config_file:
         for key, raw in read_properties(config_file).items():
+            if toymb_names.is_toymb_key(key):
+                datasource[key] = raw
+                continue
             setting = _BY_FILE_KEY.get(key)
             if setting is None:
                 raise ConfigError(f"{config_file}: unknown key {key!r}")
             apply(setting, raw, f"{config_file}: {key}")
+    # ToyMB's names in the environment (its compose file's dotted ones, or Spring's relaxed forms)
+    # rank above the file and below TOYMB_* variables.
+    for key, raw in toymb_names.from_environment(environ).items():
+        if toymb_names.is_toymb_key(key):
+            datasource[key] = raw
+        else:
+            apply(_BY_FILE_KEY[key], raw, f"environment {key}")
+    url = toymb_names.datasource_url(datasource, "ToyMB's spring.datasource settings")
+    if url is not None:
+        apply(_BY_ATTR["database_url"], url, "spring.datasource.url")
     for name, raw in environ.items():
         if not name.startswith("TOYMB_") or name == "TOYMB_CONFIG":
             continue

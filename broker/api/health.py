@@ -18,6 +18,14 @@ def health() -> Response:
     return jsonify(status="up", node=node().name)
 
 
+@routes.add("GET", "/actuator/health", role=OPEN, summary="Liveness in Spring Boot's form (ToyMB's health check)",
+            doc=lambda s: {"responses": {"200": json_answer(
+                obj({"status": {"type": "string", "enum": ["UP"]}}, ("status",)))}})
+def actuator_health() -> Response:
+    """ToyMB's container health check calls Spring Boot's actuator: the same liveness as ``/health``."""
+    return jsonify(status="UP")
+
+
 @routes.add("GET", "/ready", role=OPEN, summary="Readiness: store reachable and cluster joined",
             doc=lambda s: {"responses": {
                 code: json_answer(obj({"status": {"type": "string", "enum": ["ready", "not_ready"]},
