@@ -5,8 +5,12 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, ClassVar
 
+import msgspec
+import orjson
+
+from .envelope import is_json_type, strict_json
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -26,6 +30,40 @@ class TopicEnricher:
         """Prepare resources; called once at startup."""
 
     def enrich(self, message: dict[str, Any]) -> dict[str, Any]:
+        return message
+
+
+class TypedEnricher(TopicEnricher):
+    """An enricher whose topic's bodies are JSON objects of one type, as ToyMB's ``EnrichableTopic``.
+
+    Set ``body_type`` to a dataclass or a ``msgspec.Struct`` and override :meth:`enrich_body`.
+    The broker decodes the body into that type, calls ``enrich_body``, and stores the result
+    encoded back as JSON, in the body's own form: a JSON body stays JSON, and a text body holding
+    JSON (what ToyMB's driver sends to ``/sendmessage``) stays text. A body that does not decode
+    is refused with 422, the message naming the field (``$.total``).
+    """
+
+    body_type: ClassVar[type[Any]]
+
+    def enrich_body(self, body: Any) -> Any:
+        """Return the body to store: ``body`` (an instance of ``body_type``) or a new one."""
+        return body
+
+    def enrich(self, message: dict[str, Any]) -> dict[str, Any]:
+        if "body" not in message:
+            raise ValueError(f"the body is binary, not a JSON {self.body_type.__name__}")
+        raw = message["body"]
+        as_text = isinstance(raw, str) and not is_json_type(str(message.get("content_type", "")))
+        try:
+            value = strict_json(raw.encode("utf-8")) if as_text else raw
+        except ValueError as exc:
+            raise ValueError(f"the body is not JSON: {exc}") from None
+        try:
+            body = msgspec.convert(value, self.body_type)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"the body is not a {self.body_type.__name__}: {exc}") from None
+        encoded = msgspec.to_builtins(self.enrich_body(body))
+        message["body"] = orjson.dumps(encoded).decode("utf-8") if as_text else encoded
         return message
 
 
