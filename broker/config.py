@@ -140,6 +140,9 @@ class Settings:
     cluster_token: str = _field("", str, "token nodes use to call each other", "cluster.token")
     push_allow: tuple[str, ...] = _field((), _list, "CIDRs and host patterns push URLs may point at", "push.allow")
     allow_remote: bool = _field(False, _bool, "serve non-loopback clients without tokens")
+    legacy_networks: tuple[str, ...] = _field(
+        (), _list, "CIDR=role[+role]@pattern: networks whose token-less ToyMB clients may call the ToyMB "
+        "endpoints, and be pushed to (off by default; see the README's risk)", "legacy.networks")
     tls_cert: str = _field("", str, "PEM certificate to serve HTTPS", "server.ssl.certificate")
     tls_key: str = _field("", str, "PEM key to serve HTTPS", "server.ssl.certificate-private-key")
     retention_ms: int = _field(0, _non_negative, "drop journaled, consumed rows older than this (0 keeps)", "retention")

@@ -36,6 +36,7 @@ from .node import Node, Service, node_id
 from .publish import Publisher
 from .retention import Retention
 from .security import Authorizer, build_allowlist, parse_tokens, subscriber_topic_lookup
+from .security.legacy import LegacyNetworks
 from .store import open_repositories
 from .topics import Topics
 
@@ -65,15 +66,17 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
     publisher = Publisher(settings, topics, appender, metrics)
 
     tokens = parse_tokens(settings.tokens)
+    legacy = LegacyNetworks(settings.legacy_networks)
     loopback_only = not tokens and not settings.allow_remote
-    allowlist = build_allowlist(settings.push_allow, loopback_only=loopback_only)
+    allowlist = build_allowlist(settings.push_allow, loopback_only=loopback_only, legacy_networks=legacy.cidrs)
     dead_letters = DeadLetters(settings, me.name, publisher, router)
     delivery = Delivery(settings, store, repositories.groups, topics, router, metrics, long_polls,
                         allowlist.addresses, dead_letters)
     for listener in (delivery.dispatcher.on_commit, delivery.fetcher.on_commit, delivery.reaper.on_commit):
         appender.subscribe(listener)
     authorizer = Authorizer(tokens, settings.cluster_token, allow_remote=settings.allow_remote,
-                            subscriber_topic=subscriber_topic_lookup(repositories.groups), routes=routes)
+                            subscriber_topic=subscriber_topic_lookup(repositories.groups), routes=routes,
+                            legacy=legacy)
 
     retention = None
     if settings.retention_ms > 0:

@@ -17,7 +17,7 @@ def _text(value: str, status: int = 200) -> Response:
     return Response(value, status=status, mimetype="text/plain")
 
 
-@routes.add("POST", "/sendmessage", role=PUBLISH, topic="body", forward=True,
+@routes.add("POST", "/sendmessage", legacy=True, role=PUBLISH, topic="body", forward=True,
             summary="ToyMB-compatible publish", doc=lambda s: {
                 "requestBody": body(ref("CompatSend")),
                 "responses": {"200": text_answer("ack"), **errors("413", "422")}})
@@ -37,7 +37,7 @@ def sendmessage() -> Response:
     return _text("ack")
 
 
-@routes.add("POST", "/advertise", role=PUBLISH, topic="body", summary="ToyMB-compatible topic creation",
+@routes.add("POST", "/advertise", legacy=True, role=PUBLISH, topic="body", summary="ToyMB-compatible topic creation",
             doc=lambda s: {"requestBody": body(ref("CompatAdvertise")),
                            "responses": {"200": text_answer("ack"), **errors()}})
 def advertise() -> Response:

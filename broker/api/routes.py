@@ -55,6 +55,8 @@ class Route:
     forward: bool = False
     summary: str = ""
     doc: OperationDoc | None = None
+    # A ToyMB endpoint: clients of an admitted legacy network may call it without a token.
+    legacy: bool = False
 
     @property
     def openapi_path(self) -> str:
@@ -70,7 +72,8 @@ class RouteTable:
     routes: list[Route] = field(default_factory=list)
 
     def add(self, method: str, rule: str, *, role: str, topic: TopicFrom = None, forward: bool = False,
-            summary: str = "", doc: OperationDoc | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+            summary: str = "", doc: OperationDoc | None = None, legacy: bool = False,
+            ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare the decorated function as the handler of ``method rule``."""
         if role not in (OPEN, PUBLISH, CONSUME, ANY, ADMIN):
             raise ValueError(f"unknown role {role!r}")
@@ -79,7 +82,7 @@ class RouteTable:
 
         def register(handler: Callable[..., Any]) -> Callable[..., Any]:
             self.routes.append(Route(method, rule, handler, f"{self.name}.{handler.__name__}", role, topic,
-                                     forward, summary, doc))
+                                     forward, summary, doc, legacy))
             return handler
 
         return register

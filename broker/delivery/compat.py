@@ -48,7 +48,7 @@ def receiver_url(ip: Any, port: Any) -> str:
     return check_http_url(f"http://{host}:{port}/receivemessage")
 
 
-@routes.add("POST", "/subscribe", role=CONSUME, topic="body", forward=True,
+@routes.add("POST", "/subscribe", legacy=True, role=CONSUME, topic="body", forward=True,
             summary="ToyMB-compatible subscribe", doc=lambda s: {
                 "requestBody": body(ref("CompatSubscribe")),
                 "responses": {"200": text_answer("the subscriber id"),
@@ -72,7 +72,7 @@ def subscribe() -> Any:
     return _text(sub.id)
 
 
-@routes.add("GET", "/poll/<sid>", role=CONSUME, topic="subscriber", forward=True,
+@routes.add("GET", "/poll/<sid>", legacy=True, role=CONSUME, topic="subscriber", forward=True,
             summary="ToyMB-compatible pull: the next body as text", doc=lambda s: {"responses": {
                 "200": text_answer("the body, or 'No messages right now'"), **errors("404", "409")}})
 def poll(sid: str) -> Any:

@@ -43,6 +43,11 @@ def guard(app: Flask, authorizer: Authorizer, metrics: Metrics, settings: Settin
             response.headers["WWW-Authenticate"] = 'Bearer realm="toymb"'
         return response
 
+    for network in authorizer.legacy.entries:
+        grant = network.grant
+        log.warning("SECURITY: token-less ToyMB clients from %s may use the ToyMB endpoints with %s on topics %s, "
+                    "and be pushed to (legacy_networks)", network.network, "+".join(sorted(grant.roles)),
+                    "|".join(grant.patterns))
     if authorizer.loopback_only:
         log.warning("SECURITY: no tokens configured (TOYMB_TOKENS): node %s serves only loopback clients "
                     "(127.0.0.0/8, ::1) and pushes only to loopback URLs", settings.node_name)

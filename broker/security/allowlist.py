@@ -137,8 +137,8 @@ class PushAllowlist:
         return [str(a) for a in addresses]
 
 
-def build(entries: Sequence[str], *, loopback_only: bool) -> PushAllowlist:
-    """The allowlist a node uses: ``entries``, or loopback when empty and the node is loopback-only."""
-    if not entries and loopback_only:
-        return PushAllowlist(LOOPBACK_DEFAULT)
-    return PushAllowlist(entries)
+def build(entries: Sequence[str], *, loopback_only: bool, legacy_networks: Sequence[str] = ()) -> PushAllowlist:
+    """The allowlist a node uses: ``entries`` (or loopback when empty and the node is loopback-only),
+    plus the admitted legacy networks, where ToyMB's receivers advertise themselves."""
+    base = LOOPBACK_DEFAULT if not entries and loopback_only else entries
+    return PushAllowlist([*base, *legacy_networks])

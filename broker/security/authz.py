@@ -38,6 +38,7 @@ from ..errors import Forbidden, Unauthorized, Unavailable
 from ..roles import ADMIN, ANY, OPEN
 from ..store import GroupRepository
 from ..store.errors import STORE_ERROR
+from .legacy import LegacyNetworks
 from .tokens import ADMIN_GRANT, Grant, TokenTable
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class Need:
 
     role: str
     topic: str | None = None
+    legacy: bool = False  # a ToyMB endpoint (admitted legacy networks may call it without a token)
 
 
 def is_loopback(remote_addr: str | None) -> bool:
@@ -77,8 +79,10 @@ class Authorizer:
     """Decides each request. ``subscriber_topic`` maps a subscriber id to its topic (or None)."""
 
     def __init__(self, tokens: TokenTable, cluster_token: str, *, allow_remote: bool,
-                 subscriber_topic: Callable[[str], str | None], routes: Routes) -> None:
+                 subscriber_topic: Callable[[str], str | None], routes: Routes,
+                 legacy: LegacyNetworks | None = None) -> None:
         self.tokens = tokens
+        self.legacy = legacy or LegacyNetworks(())
         self.routes = routes
         self._cluster = hashlib.sha256(cluster_token.encode("utf-8")).digest() if cluster_token else None
         self.allow_remote = allow_remote
@@ -101,7 +105,7 @@ class Authorizer:
             topic = _body_topic(request)
         elif route.topic == "subscriber":
             topic = self.subscriber_topic(str(path["sid"]))
-        return Need(route.role, topic)
+        return Need(route.role, topic, route.legacy)
 
     def _peer(self, request: Request) -> bool:
         """Whether the request carries the cluster token; 401 if it carries a wrong one."""
@@ -131,6 +135,9 @@ class Authorizer:
         peer = self._peer(request)
         if not self.tokens:
             if not peer and not self.allow_remote and not is_loopback(request.remote_addr):
+                legacy = self._legacy_grant(request, need)
+                if legacy is not None:
+                    return self._allowed(legacy, need)
                 raise Forbidden("this node has no tokens configured and serves only loopback clients; "
                                 "set TOYMB_TOKENS (or TOYMB_ALLOW_REMOTE)", code="forbidden",
                                 limit="loopback_only")
@@ -141,7 +148,16 @@ class Authorizer:
         if grant is None:
             if peer:
                 return ADMIN_GRANT
-            raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>'", code="unauthorized")
+            grant = self._legacy_grant(request, need)
+            if grant is None:
+                raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>'", code="unauthorized")
+        return self._allowed(grant, need)
+
+    def _legacy_grant(self, request: Request, need: Need) -> Grant | None:
+        """The grant of a token-less ToyMB client from an admitted network, on a ToyMB endpoint."""
+        return self.legacy.grant_for(request.remote_addr) if need.legacy else None
+
+    def _allowed(self, grant: Grant, need: Need) -> Grant:
         if need.role == ANY:
             allowed = grant.allows_any_role(need.topic)
         else:

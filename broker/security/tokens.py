@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..roles import ADMIN, CONSUME, PUBLISH, ROLES
 
-__all__ = ["ADMIN", "ADMIN_GRANT", "CONSUME", "PUBLISH", "ROLES", "Grant", "TokenTable", "parse_tokens"]
+__all__ = ["ADMIN", "ADMIN_GRANT", "CONSUME", "PUBLISH", "ROLES", "Grant", "TokenTable", "parse_grant",
+           "parse_tokens"]
 
 
 @dataclass(frozen=True)
@@ -101,20 +102,29 @@ def parse_tokens(items: tuple[str, ...] | list[str]) -> TokenTable:
             raise ConfigError(f"{where} is not TOKEN=ROLE[+ROLE][@PATTERN[|PATTERN]]")
         if any(ch.isspace() for ch in token):
             raise ConfigError(f"{where}: a token may not contain whitespace")
-        role_text, at, pattern_text = rest.partition("@")
-        roles = frozenset(r.strip() for r in role_text.split("+") if r.strip())
-        if not roles:
-            raise ConfigError(f"{where} names no role (publish, consume, admin)")
-        unknown = roles - ROLES
-        if unknown:
-            raise ConfigError(f"{where}: unknown role {sorted(unknown)[0]!r}; "
-                              "roles are publish, consume, admin")
-        patterns = tuple(p.strip() for p in pattern_text.split("|") if p.strip()) if at else ("*",)
-        if not patterns:
-            raise ConfigError(f"{where}: '@' must be followed by topic patterns")
         digest = _digest(token)
         if digest in seen:
             raise ConfigError(f"{where} repeats a token given earlier")
         seen.add(digest)
-        grants.append((token, Grant(f"token #{number}", roles, patterns)))
+        grants.append((token, parse_grant(rest, where, f"token #{number}", ROLES)))
     return TokenTable(grants)
+
+
+def parse_grant(text: str, where: str, name: str, allowed: frozenset[str]) -> Grant:
+    """``ROLE[+ROLE][@PATTERN[|PATTERN]]`` as a :class:`Grant` named ``name``, roles among ``allowed``.
+
+    Raises:
+        ConfigError: no role, a role not in ``allowed``, or ``@`` without patterns; ``where`` says
+            which entry.
+    """
+    role_text, at, pattern_text = text.partition("@")
+    roles = frozenset(r.strip() for r in role_text.split("+") if r.strip())
+    if not roles:
+        raise ConfigError(f"{where} names no role ({', '.join(sorted(allowed))})")
+    unknown = roles - allowed
+    if unknown:
+        raise ConfigError(f"{where}: unknown role {sorted(unknown)[0]!r}; roles are {', '.join(sorted(allowed))}")
+    patterns = tuple(p.strip() for p in pattern_text.split("|") if p.strip()) if at else ("*",)
+    if not patterns:
+        raise ConfigError(f"{where}: '@' must be followed by topic patterns")
+    return Grant(name, roles, patterns)

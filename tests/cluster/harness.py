@@ -49,7 +49,10 @@ def owner_name(topic: str, names: Iterable[str] = NAMES) -> str:
 
 
 class Cluster:
-    def __init__(self, base: Path, database_url: str, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, base: Path, database_url: str, extra_env: dict[str, str] | None = None,
+                 token: str | None = None) -> None:
+        # The harness's own calls (the live-set checks) carry ``token`` when the nodes require tokens.
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         env = {"TOYMB_NODE_LEASE_MS": str(LEASE_MS), "TOYMB_HEARTBEAT_MS": str(HEARTBEAT_MS),
                "TOYMB_PUSH_ALLOW": "127.0.0.0/8", "TOYMB_SUBSCRIBER_LEASE_MS": "30000",
                "TOYMB_PUSH_BACKOFF_MS": "50", "TOYMB_PUSH_BACKOFF_MAX_MS": "500", "TOYMB_THREADS": "16",
@@ -79,7 +82,7 @@ class Cluster:
         def agreed() -> bool:
             for n in on or names:
                 try:
-                    view = requests.get(self.url(n) + "/v1/cluster", timeout=2).json()
+                    view = requests.get(self.url(n) + "/v1/cluster", headers=self.headers, timeout=2).json()
                 except (requests.RequestException, ValueError):
                     return False
                 if set(view["live"]) != names:
