@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-BENCHES = ("publish", "push", "journal", "cluster", "kafka_bridge", "jms_bridge")
+BENCHES = ("publish", "concurrency", "push", "journal", "cluster", "kafka_bridge", "jms_bridge")
 
 
 @click.command()
@@ -31,5 +31,8 @@ def bench(quick: bool, out_dir: str, only: tuple[str, ...]) -> None:
         except Exception:  # noqa: BLE001 - one broken bench must not hide the others
             traceback.print_exc()
             failed.append(name)
+    from bench.report import write
+
+    click.echo(f"report: {write(out)}")
     if failed:
         raise click.ClickException(f"benchmarks failed: {', '.join(failed)}")
