@@ -56,54 +56,6 @@ def kafka_produce(count: int, size: int, partitions: int = 100) -> float | None:
     return count / elapsed
 
 
-def stomp_send(count: int, size: int) -> float | None:
-    """Persistent sends to an ActiveMQ queue over one STOMP connection, with a receipt on the last."""
-    if not _up(STOMP):
-        return None
-    import stomp
-
-    host, port = STOMP.rsplit(":", 1)
-    conn = stomp.Connection([(host, int(port))])
-    listener = stomp.listener.WaitingListener("bench-done")
-    conn.set_listener("wait", listener)
-    conn.connect(wait=True)
-    queue = f"/queue/bench-{uuid.uuid4().hex[:8]}"
-    body = "x" * size
-    started = time.perf_counter()
-    for i in range(count):
-        headers = {"persistent": "true"}
-        if i == count - 1:
-            headers["receipt"] = "bench-done"
-        conn.send(queue, body, headers=headers)
-    listener.wait_on_receipt()
-    elapsed = time.perf_counter() - started
-    conn.disconnect()
-    return count / elapsed
-
-
-def nats_publish(count: int, size: int, window: int = 256) -> float | None:
-    """JetStream publishes awaiting their acks, ``window`` in flight at a time."""
-    if not _up(NATS):
-        return None
-    import nats
-
-    async def go() -> float:
-        nc = await nats.connect(NATS)
-        js = nc.jetstream()
-        stream = f"bench{uuid.uuid4().hex[:8]}"
-        await js.add_stream(name=stream, subjects=[f"{stream}.>"])
-        payload = b"x" * size
-        started = time.perf_counter()
-        for start in range(0, count, window):
-            await asyncio.gather(*(js.publish(f"{stream}.m", payload) for _ in range(min(window, count - start))))
-        elapsed = time.perf_counter() - started
-        await js.delete_stream(stream)
-        await nc.close()
-        return count / elapsed
-
-    return asyncio.run(go())
-
-
 def stomp_send_concurrent(count: int, size: int, connections: int, *, receipt_each: bool) -> float | None:
     """Persistent sends over ``connections`` STOMP connections at once (one thread each).
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from ..roles import ADMIN, ANY, OPEN
 from ..store import GroupRepository
 from ..store.errors import STORE_ERROR
 from .legacy import LegacyNetworks
+from .remote import client_address
 from .tokens import ADMIN_GRANT, Grant, TokenTable
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,8 @@ class Need:
 
 
 def is_loopback(remote_addr: str | None) -> bool:
-    if not remote_addr:
-        return False
-    try:
-        address = ipaddress.ip_address(remote_addr.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+    address = client_address(remote_addr)
+    return address is not None and address.is_loopback
 
 
 def _body_topic(request: Request) -> str | None:

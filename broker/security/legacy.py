@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..roles import CONSUME, PUBLISH
+from .remote import client_address
 from .tokens import Grant, parse_grant
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -60,14 +61,9 @@ class LegacyNetworks:
 
     def grant_for(self, remote_addr: str | None) -> Grant | None:
         """The grant of a client at ``remote_addr``, or None when no admitted network holds it."""
-        if not remote_addr or not self.entries:
+        address = client_address(remote_addr)
+        if address is None:
             return None
-        try:
-            address = ipaddress.ip_address(remote_addr.split("%", 1)[0])
-        except ValueError:
-            return None
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
         for entry in self.entries:
             if address.version == entry.network.version and address in entry.network:
                 return entry.grant
