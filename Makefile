@@ -59,8 +59,8 @@ test:
 
 # Every checker `make test` enforces: ruff (rules in pyproject.toml), mypy --strict on every package.
 lint: install
-	$(BIN)/ruff check broker driver journal_spark bench tests
-	$(BIN)/mypy broker driver journal_spark bench
+	$(BIN)/ruff check broker driver journal_spark nats_bridge bench tests
+	$(BIN)/mypy broker driver journal_spark nats_bridge bench
 
 bench: install services
 	command -v wrk >/dev/null || apt-get install -y -q wrk || true
