@@ -16,7 +16,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[journal,dev]'
+	$(BIN)/pip install -q -e '.[journal,nats,dev]'
 	touch $@
 
 install: $(BIN)/.installed
