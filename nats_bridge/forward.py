@@ -21,6 +21,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import ConsumerConfig
 from nats.js.errors import Error as JetStreamError
 from nats.js.errors import NotFoundError
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 BATCH = 100
 RETRY_INITIAL_S = 0.1
 RETRY_MAX_S = 5.0
+ACK_WAIT_S = 5.0
 
 
 async def _backoff(delay: float) -> float:
@@ -137,8 +139,9 @@ class NatsToJmsForward(Bridge):
         except NotFoundError:
             raise NatsConfigError(f"nats-bridge.{self.name}.source.jetstream.durable: no JetStream stream "
                                   f"holds the subject {self.config.source}") from None
+        # A message a crashed bridge fetched but never acknowledged comes again after ACK_WAIT_S.
         self._sub = await js.pull_subscribe(self.config.source, durable=self.config.jetstream_durable,
-                                            stream=stream)
+                                            stream=stream, config=ConsumerConfig(ack_wait=ACK_WAIT_S))
         self._puller = asyncio.create_task(self._pull(), name=f"pull-{self.name}")
 
     async def _unsubscribe(self) -> None:
@@ -146,8 +149,8 @@ class NatsToJmsForward(Bridge):
             self._puller.cancel()
             self._puller = None
         if self._sub is not None:
-            if self.config.jetstream_durable is None:
-                await self._sub.unsubscribe()
+            # For a pull subscription this drops only the fetch inbox; the durable consumer stays.
+            await self._sub.unsubscribe()
             self._sub = None
 
     async def _on_message(self, msg: Msg) -> None:

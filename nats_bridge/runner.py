@@ -130,6 +130,6 @@ async def run(settings: Settings, host: str = "127.0.0.1", port: int = 0,
         server.close()
         await jms.close()
         try:
-            await nc.drain()
-        except (nats.errors.Error, OSError):
-            pass
+            await asyncio.wait_for(nc.drain(), 5)
+        except (nats.errors.Error, OSError, TimeoutError):
+            await nc.close()
