@@ -58,6 +58,7 @@ class Runtime:
     jms: JmsConnection
     metrics: BridgeMetrics
     instance: str
+    bridge_id: str = "nats-bridge"
 
 
 class Bridge:
@@ -131,7 +132,8 @@ class Bridge:
             "received_count", "received_errors", "request_count", "request_errors", "request_response_count",
             "request_response_errors", "request_response_missing_count", "request_timeout_count",
             "late_reply_count", "publish_count", "publish_errors")}
-        return {"name": self.name, "state": self.state, "pending": len(self.pending) if self.pending else 0,
+        return {"name": self.name, "bridge_id": self.rt.bridge_id, "instance": self.rt.instance,
+                "state": self.state, "pending": len(self.pending) if self.pending else 0,
                 "nats_connected": self.rt.nc.is_connected, "jms_connected": self.rt.jms.connected,
                 "last_error": self.last_error, "counts": counts, "parameters": self.config.describe()}
 

@@ -106,7 +106,7 @@ async def run(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     nc = await connect_nats(settings.connections, f"toymb-nats-bridge-{settings.bridge_id}", metrics)
     jms = JmsConnection(settings.connections, on_state=lambda up: metrics.connected.labels("jms").set(int(up)))
     await jms.start()
-    rt = Runtime(nc, jms, metrics, instance)
+    rt = Runtime(nc, jms, metrics, instance, settings.bridge_id)
     bridges = [KINDS[(c.type, c.direction)](c, rt) for c in settings.bridges]
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,7 +3,7 @@
 //       answers <count> requests (TextMessage or BytesMessage) to JMSReplyTo with the request's
 //       JMSCorrelationID, body "echo:" + the body, every String property copied as "echo_<name>",
 //       and the property served_by=java; prints READY once consuming, then one line per request:
-//       REQUEST <correlation-id> <type> <priority> <property=value;...sorted> <body hex>
+//       REQUEST <correlation-id> <type> <priority> <property=value;...sorted> <body hex> <JMSReplyTo>
 //   java -cp <jars> JmsService.java request <broker-url> <queue> <count>
 //       sends <count> TextMessages "req-<i>" with JMSReplyTo a temporary queue, JMSCorrelationID
 //       "java-<i>" and the property trace=t-<i>; prints one line per reply:
@@ -64,7 +64,7 @@ public class JmsService {
                     if (m == null) { System.out.println("NO REQUEST"); System.exit(2); }
                     byte[] data = body(m);
                     System.out.println("REQUEST " + m.getJMSCorrelationID() + " " + m.getJMSType() + " "
-                        + m.getJMSPriority() + " " + props(m) + " " + hex(data));
+                        + m.getJMSPriority() + " " + props(m) + " " + hex(data) + " " + m.getJMSReplyTo());
                     System.out.flush();
                     BytesMessage reply = session.createBytesMessage();
                     reply.writeBytes(("echo:" + new String(data, "UTF-8")).getBytes("UTF-8"));

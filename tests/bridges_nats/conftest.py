@@ -204,13 +204,44 @@ def nats_client(nats_url: str) -> Iterator[NatsThread]:
     client.close()
 
 
-def start_java_service(java_jms: list[str], queue: str, count: int) -> subprocess.Popen[str]:
+class JavaService:
+    """JmsService.java serving requests; its output is read as it comes (a full pipe would stall it)."""
+
+    def __init__(self, java_jms: list[str], queue: str, count: int) -> None:
+        self.proc = subprocess.Popen([*java_jms, "serve", OPENWIRE_URL, queue, str(count)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.ready.wait(60):
+            self.kill()
+            raise AssertionError(f"the Java service did not start: {self.lines}")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == "READY":
+                self.ready.set()
+            else:
+                self.lines.append(line.rstrip("\n"))
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """Wait for the service to end; its output lines (after READY) and its stderr."""
+        _, err = self.proc.communicate(timeout=timeout)
+        self.reader.join(10)
+        return "\n".join(self.lines), err
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def start_java_service(java_jms: list[str], queue: str, count: int) -> JavaService:
     """JmsService.java serving ``count`` requests on ``queue``; returns once it consumes."""
-    proc = subprocess.Popen([*java_jms, "serve", OPENWIRE_URL, queue, str(count)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if line.strip() != "READY":
-        proc.kill()
-        raise AssertionError(f"the Java service did not start: {line} {proc.stderr.read() if proc.stderr else ''}")
-    return proc
+    return JavaService(java_jms, queue, count)

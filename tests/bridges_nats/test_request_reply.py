@@ -49,7 +49,8 @@ def test_a_nats_request_is_answered_by_a_java_jms_service_with_headers_both_ways
     assert native.headers["served_by"] == "java" and native.headers["echo_color"] == "blue"
     requests = [line.split(" ") for line in out.splitlines() if line.startswith("REQUEST")]
     assert len(requests) == 2
-    _, corr, kind, priority, props, body = requests[0]
+    _, corr, kind, priority, props, body, reply_to = requests[0]
+    assert reply_to.startswith("temp-queue://")     # the default: a temporary queue
     assert corr != "client-1" and kind == "order" and priority == "7" and bytes.fromhex(body) == b"hello"
     assert "color=red" in props and "trace_DOT_id=t-7" in props
     assert bridge.status("codec")["counts"]["request_response_count"] == 1
