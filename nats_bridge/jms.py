@@ -14,6 +14,7 @@ import concurrent.futures
 import itertools
 import logging
 import random
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,7 +161,8 @@ class JmsConnection:
                 future.set_exception(BridgeUnavailable(f"ActiveMQ connection lost: {why}"))
         self._receipts.clear()
         if conn is not None:
-            self._writer.submit(_drop, conn)
+            # Not on the writer: closing a dead connection can block, and the next one needs the writer.
+            threading.Thread(target=_drop, args=(conn,), name="stomp-drop", daemon=True).start()
         if self._reconnect is None or self._reconnect.done():
             self._reconnect = asyncio.create_task(self._reconnect_loop(), name="jms-reconnect")
 
