@@ -5,7 +5,8 @@ Same properties style as the other bridges (``journal_spark.routes.read_properti
     bridge.id=edge-1
     nats.servers=nats://127.0.0.1:4222          # comma-separated
     nats.user=...  nats.password=...  nats.token=...
-    nats.reconnect.wait.ms=250                  # NATS: first reconnect delay (nats-py adds jitter)
+    nats.reconnect.wait.ms=250                  # NATS: between reconnection attempts (nats-py adds jitter)
+    nats.reconnect.max=-1                       # NATS: attempts before the bridge stops with an error; -1: forever
     jms.stomp.host=127.0.0.1  jms.stomp.port=61613  jms.stomp.user=...  jms.stomp.password=...
     jms.reconnect.initial.ms=250                # JMS: first reconnect delay, doubled (with jitter) ...
     jms.reconnect.max.ms=10000                  # ... up to this
@@ -39,6 +40,7 @@ from .errors import NatsConfigError
 TYPES = ("request-reply", "forward")
 HEADER_MODES = ("codec", "nats", "none")
 GLOBAL_KEYS = {"bridge.id", "nats.servers", "nats.user", "nats.password", "nats.token", "nats.reconnect.wait.ms",
+               "nats.reconnect.max",
                "jms.stomp.host", "jms.stomp.port", "jms.stomp.user", "jms.stomp.password",
                "jms.reconnect.initial.ms", "jms.reconnect.max.ms"}
 BRIDGE_KEYS = {"type", "source.nats.subject", "source.jms.queue", "dest.nats.subject", "dest.jms.queue",
@@ -59,6 +61,8 @@ class Connections:
     nats_password: str | None = None
     nats_token: str | None = None
     nats_reconnect_wait_s: float = 0.25
+    nats_reconnect_max: int = -1          # attempts before the bridge gives up and stops; -1: forever
+    nats_connect_timeout_s: float = 2.0
     stomp_host: str = "127.0.0.1"
     stomp_port: int = 61613
     stomp_user: str | None = None
@@ -152,6 +156,7 @@ def _connections(glob: dict[str, str]) -> Connections:
         nats_servers=servers, nats_user=glob.get("nats.user") or None, nats_password=glob.get("nats.password") or None,
         nats_token=glob.get("nats.token") or None,
         nats_reconnect_wait_s=_int("nats.reconnect.wait.ms", glob.get("nats.reconnect.wait.ms", "250"), 1) / 1000,
+        nats_reconnect_max=_int("nats.reconnect.max", glob.get("nats.reconnect.max", "-1"), -1),
         stomp_host=glob.get("jms.stomp.host", "127.0.0.1"),
         stomp_port=_int("jms.stomp.port", glob.get("jms.stomp.port", "61613"), 1, 65535),
         stomp_user=glob.get("jms.stomp.user") or None, stomp_password=glob.get("jms.stomp.password") or None,

@@ -20,7 +20,7 @@ from journal_spark.jms.manage import ManagementServer
 
 from .bridge import Bridge, JmsToNatsRequestReply, NatsToJmsRequestReply, Runtime
 from .config import BridgeConfig, Connections, Settings
-from .errors import NatsBridgeError
+from .errors import BridgeUnavailable, NatsBridgeError
 from .forward import JmsToNatsForward, NatsToJmsForward
 from .jms import JmsConnection
 from .metrics import BridgeMetrics
@@ -64,9 +64,16 @@ class ManagedBridge:
         return result
 
 
-async def connect_nats(c: Connections, name: str, metrics: BridgeMetrics) -> NatsClient:
-    """Connect to NATS, retrying with backoff until it answers; nats-py then reconnects by itself."""
+async def connect_nats(c: Connections, name: str, metrics: BridgeMetrics, gave_up: asyncio.Event) -> NatsClient:
+    """Connect to NATS, retrying with backoff until it answers; nats-py then reconnects by itself.
+
+    ``gave_up`` is set when nats-py spent ``nats_reconnect_max`` attempts and closed the connection.
+    """
     gauge = metrics.connected.labels("nats")
+
+    async def closed() -> None:
+        gauge.set(0)
+        gave_up.set()
 
     async def disconnected() -> None:
         gauge.set(0)
@@ -80,14 +87,20 @@ async def connect_nats(c: Connections, name: str, metrics: BridgeMetrics) -> Nat
         log.info("NATS: %s", exc or type(exc).__name__)
 
     delay = c.nats_reconnect_wait_s
+    attempts = 0
     while True:
         try:
             nc = await nats.connect(
                 servers=list(c.nats_servers), name=name, user=c.nats_user, password=c.nats_password,
-                token=c.nats_token, connect_timeout=2, allow_reconnect=True, max_reconnect_attempts=-1,
-                reconnect_time_wait=c.nats_reconnect_wait_s, disconnected_cb=disconnected,
-                reconnected_cb=reconnected, error_cb=error, ping_interval=5, max_outstanding_pings=2)
+                token=c.nats_token, connect_timeout=c.nats_connect_timeout_s, allow_reconnect=True,
+                max_reconnect_attempts=c.nats_reconnect_max, reconnect_time_wait=c.nats_reconnect_wait_s,
+                disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error, closed_cb=closed,
+                ping_interval=5, max_outstanding_pings=2)
         except (OSError, nats.errors.Error) as exc:
+            attempts += 1
+            if 0 <= c.nats_reconnect_max < attempts:
+                raise BridgeUnavailable(f"cannot connect to NATS at {','.join(c.nats_servers)} after {attempts} "
+                                        f"attempts (nats.reconnect.max={c.nats_reconnect_max}): {exc}") from None
             log.warning("cannot connect to NATS at %s (%s); retrying in %.2f s", ",".join(c.nats_servers),
                         exc or type(exc).__name__, delay)
             await asyncio.sleep(delay)
@@ -103,7 +116,8 @@ async def run(settings: Settings, host: str = "127.0.0.1", port: int = 0,
     loop = asyncio.get_running_loop()
     metrics = BridgeMetrics()
     instance = uuid.uuid4().hex[:12]
-    nc = await connect_nats(settings.connections, f"toymb-nats-bridge-{settings.bridge_id}", metrics)
+    nats_gone = asyncio.Event()
+    nc = await connect_nats(settings.connections, f"toymb-nats-bridge-{settings.bridge_id}", metrics, nats_gone)
     jms = JmsConnection(settings.connections, on_state=lambda up: metrics.connected.labels("jms").set(int(up)))
     await jms.start()
     rt = Runtime(nc, jms, metrics, instance, settings.bridge_id)
@@ -120,7 +134,13 @@ async def run(settings: Settings, host: str = "127.0.0.1", port: int = 0,
                      bridge.config.source, bridge.config.dest)
         if ready is not None:
             ready(server.port)
-        await stopping.wait()
+        waits = [asyncio.create_task(stopping.wait()), asyncio.create_task(nats_gone.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        if nats_gone.is_set() and not stopping.is_set():
+            raise BridgeUnavailable(f"NATS at {','.join(settings.connections.nats_servers)} is gone after "
+                                    f"nats.reconnect.max={settings.connections.nats_reconnect_max} attempts")
         log.info("stopping: no new messages; waiting for the requests in flight")
         drain = max((b.config.timeout_s for b in bridges), default=0.0)
         await asyncio.gather(*(b.stop(drain) for b in bridges), return_exceptions=True)

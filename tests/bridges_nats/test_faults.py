@@ -153,3 +153,17 @@ def test_the_bridge_recovers_from_activemq_then_nats_restarts_and_no_request_han
     wait_until(lambda: bridge.metric("pending_requests", "f") == 0, timeout=30, what="no request left pending")
     status = bridge.status("f")
     assert status["state"] == "STARTED" and status["jms_connected"] and status["nats_connected"]
+
+
+@pytest.mark.timeout(120)
+def test_with_nats_reconnect_max_the_bridge_stops_with_a_clear_error_once_nats_stays_away(
+        stomp_url: str, private_nats: PrivateNats, bridges: Callable[..., BridgeProcess]) -> None:
+    bridge = bridges([
+        f"bridge.id={unique('nb')}", f"nats.servers={private_nats.url}", "nats.reconnect.wait.ms=100",
+        "nats.reconnect.max=3", "nats-bridge.g.type=request-reply", f"nats-bridge.g.source.nats.subject={unique('g')}",
+        f"nats-bridge.g.dest.jms.queue={unique('g')}"])
+    private_nats.kill()
+    assert bridge.proc is not None
+    bridge.proc.wait(timeout=90)
+    assert bridge.proc.returncode == 1
+    assert "nats.reconnect.max=3" in bridge.log_tail()
