@@ -23,6 +23,12 @@ Same properties style as the other bridges (``journal_spark.routes.read_properti
     nats-bridge.orders.source.jetstream.durable=orders-fw  # forward NATS->JMS from a JetStream durable
     nats-bridge.orders.dest.jetstream=true                 # forward JMS->NATS into JetStream (acked publish)
 
+    nats-bridge.in.type=ingress                            # a JetStream stream into a broker topic
+    nats-bridge.in.source.nats.subject=events.>            # the stream is the one holding this subject
+    nats-bridge.in.source.jetstream.durable=events-in
+    nats-bridge.in.dest.topic=events                       # ids nats:<stream>:<sequence>
+    nats-bridge.in.broker.url=http://127.0.0.1:8080        # (and .token=, .headers=nats|codec|none)
+
 Keys of the journal job (``routes.*``, ``ingress.*``, ``routing.*``, ``kafka.*``, other ``jms.*``) are left
 to it, so one file can serve both. Any other key, and every invalid combination, is a
 :class:`NatsConfigError` naming the key.
@@ -37,7 +43,7 @@ from typing import Any
 
 from .errors import NatsConfigError
 
-TYPES = ("request-reply", "forward")
+TYPES = ("request-reply", "forward", "ingress")
 HEADER_MODES = ("codec", "nats", "none")
 GLOBAL_KEYS = {"bridge.id", "nats.servers", "nats.user", "nats.password", "nats.token", "nats.reconnect.wait.ms",
                "nats.reconnect.max",
@@ -45,7 +51,7 @@ GLOBAL_KEYS = {"bridge.id", "nats.servers", "nats.user", "nats.password", "nats.
                "jms.reconnect.initial.ms", "jms.reconnect.max.ms"}
 BRIDGE_KEYS = {"type", "source.nats.subject", "source.jms.queue", "dest.nats.subject", "dest.jms.queue",
                "queue-group", "headers", "timeout.ms", "max-in-flight", "reply.jms.queue", "reply.nats.prefix",
-               "source.jetstream.durable", "dest.jetstream"}
+               "source.jetstream.durable", "dest.jetstream", "dest.topic", "broker.url", "token"}
 # Owned by the journal job's routes file; ignored here.
 FOREIGN_PREFIXES = ("routes.", "ingress.", "routing.", "kafka.", "jms.")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -88,6 +94,8 @@ class BridgeConfig:
     reply_nats_prefix: str | None = None
     jetstream_durable: str | None = None
     dest_jetstream: bool = False
+    broker_url: str = ""              # ingress: the broker node
+    token: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """The parameters, for the status page."""
@@ -95,7 +103,7 @@ class BridgeConfig:
                 "queue_group": self.queue_group, "headers": self.headers, "timeout_ms": int(self.timeout_s * 1000),
                 "max_in_flight": self.max_in_flight, "reply_jms_queue": self.reply_jms_queue,
                 "reply_nats_prefix": self.reply_nats_prefix, "jetstream_durable": self.jetstream_durable,
-                "dest_jetstream": self.dest_jetstream}
+                "dest_jetstream": self.dest_jetstream, "broker_url": self.broker_url or None}
 
 
 @dataclass
@@ -163,6 +171,35 @@ def _connections(glob: dict[str, str]) -> Connections:
         jms_reconnect_initial_s=initial / 1000, jms_reconnect_max_s=most / 1000)
 
 
+def _ingress(name: str, opts: dict[str, str]) -> BridgeConfig:
+    """``type=ingress``: a JetStream durable into a broker topic."""
+    def key(k: str) -> str:
+        return f"nats-bridge.{name}.{k}"
+
+    allowed = {"type", "source.nats.subject", "source.jetstream.durable", "dest.topic", "broker.url", "token",
+               "headers", "max-in-flight"}
+    for k in sorted(set(opts) - allowed):
+        raise NatsConfigError(f"{key(k)} does not apply to an ingress (it takes {', '.join(sorted(allowed))})")
+    for k in ("source.nats.subject", "source.jetstream.durable", "dest.topic", "broker.url"):
+        if not opts.get(k):
+            raise NatsConfigError(f"{key(k)} is needed by an ingress (a JetStream durable into a broker topic)")
+    if not re.match(r"^[A-Za-z0-9._-]{1,200}$", opts["dest.topic"]):
+        raise NatsConfigError(f"{key('dest.topic')} is not a topic name: {opts['dest.topic']!r}")
+    if not opts["broker.url"].startswith(("http://", "https://")):
+        raise NatsConfigError(f"{key('broker.url')} must be an http(s) URL, not {opts['broker.url']!r}")
+    if not _NAME.match(opts["source.jetstream.durable"]):
+        raise NatsConfigError(f"{key('source.jetstream.durable')} is not a consumer name")
+    headers = opts.get("headers", "nats").strip()
+    if headers not in HEADER_MODES:
+        raise NatsConfigError(f"{key('headers')} must be one of {', '.join(HEADER_MODES)}, not {headers!r}")
+    return BridgeConfig(
+        name=name, type="ingress", direction="jetstream-to-broker",
+        source=_subject(key("source.nats.subject"), opts["source.nats.subject"], wildcards=True),
+        dest=opts["dest.topic"], headers=headers, jetstream_durable=opts["source.jetstream.durable"],
+        max_in_flight=_int(key("max-in-flight"), opts.get("max-in-flight", "256"), 1, 65536),
+        broker_url=opts["broker.url"], token=opts.get("token") or None)
+
+
 def _bridge(name: str, opts: dict[str, str]) -> BridgeConfig:
     def key(k: str) -> str:
         return f"nats-bridge.{name}.{k}"
@@ -170,6 +207,11 @@ def _bridge(name: str, opts: dict[str, str]) -> BridgeConfig:
     kind = opts.get("type", "").strip()
     if kind not in TYPES:
         raise NatsConfigError(f"{key('type')} must be one of {', '.join(TYPES)}, not {kind!r}")
+    if kind == "ingress":
+        return _ingress(name, opts)
+    for k in ("dest.topic", "broker.url", "token"):
+        if k in opts:
+            raise NatsConfigError(f"{key(k)} is for an ingress (type=ingress), not a {kind} bridge")
     sources = [k for k in ("source.nats.subject", "source.jms.queue") if k in opts]
     dests = [k for k in ("dest.nats.subject", "dest.jms.queue") if k in opts]
     if len(sources) != 1:

@@ -22,6 +22,7 @@ from .bridge import Bridge, JmsToNatsRequestReply, NatsToJmsRequestReply, Runtim
 from .config import BridgeConfig, Connections, Settings
 from .errors import BridgeUnavailable, NatsBridgeError
 from .forward import JmsToNatsForward, NatsToJmsForward
+from .ingress import JetStreamIngress
 from .jms import JmsConnection
 from .metrics import BridgeMetrics
 
@@ -31,6 +32,7 @@ KINDS: dict[tuple[str, str], Callable[[BridgeConfig, Runtime], Bridge]] = {
     ("request-reply", "jms-to-nats"): JmsToNatsRequestReply,
     ("forward", "nats-to-jms"): NatsToJmsForward,
     ("forward", "jms-to-nats"): JmsToNatsForward,
+    ("ingress", "jetstream-to-broker"): JetStreamIngress,
 }
 
 
