@@ -218,21 +218,22 @@ class NatsToJmsRequestReply(Bridge):
             # ActiveMQ drops the request once nobody waits for its reply any more.
             headers["expires"] = str(int(time.time() * 1000 + self.config.timeout_s * 1000))
         self.pending.add(key, _NatsRequest(msg.reply, message.correlation_id))
-        # Sent from a task: a stalled ActiveMQ must not hold back the subscription (the requests
-        # behind would never reach the pending map, so never time out); the timer covers this one.
-        self._spawn(self._send(key, msg.reply, message.body, headers))
-
-    async def _send(self, key: str, reply_subject: str, body: bytes, headers: dict[str, str]) -> None:
-        assert self.pending is not None
-        m = self.rt.metrics
+        # Handed to the STOMP writer thread without waiting: a stalled ActiveMQ must not hold back the
+        # subscription (the requests behind would never reach the pending map, so never time out);
+        # the timer covers this one.
         try:
-            await self.rt.jms.send(f"/queue/{self.config.dest}", body, headers)
+            self.rt.jms.send_nowait(f"/queue/{self.config.dest}", message.body, headers,
+                                    lambda exc: self._send_failed(key, msg.reply, exc))
         except BridgeUnavailable as exc:
-            if self.pending.fail(key) is not None:
-                m.request_errors.labels(self.name).inc()
-                await self._error_reply(reply_subject, 503, f"JMS unavailable: {exc}")
+            self._send_failed(key, msg.reply, exc)
             return
         m.request_count.labels(self.name).inc()
+
+    def _send_failed(self, key: str, reply_subject: str, exc: BridgeUnavailable) -> None:
+        assert self.pending is not None
+        if self.pending.fail(key) is not None:
+            self.rt.metrics.request_errors.labels(self.name).inc()
+            self._spawn(self._error_reply(reply_subject, 503, f"JMS unavailable: {exc}"))
 
     def _timed_out(self, key: str, request: _NatsRequest) -> None:
         self._spawn(self._error_reply(

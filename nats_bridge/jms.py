@@ -14,6 +14,7 @@ import concurrent.futures
 import itertools
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +114,10 @@ class JmsConnection:
             _drop(conn)
             raise BridgeUnavailable(f"cannot connect to ActiveMQ at {s.stomp_host}:{s.stomp_port}: "
                                     f"{exc or type(exc).__name__}") from None
+        sock = getattr(conn.transport, "socket", None)
+        if sock is not None:
+            # Requests are small frames: do not let Nagle hold one back waiting for an ACK.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     async def start(self) -> None:
@@ -228,6 +233,32 @@ class JmsConnection:
         """SEND; with ``receipt``, return only once ActiveMQ has it (persisted, for a persistent message)."""
         await self._call("SEND", lambda c, *a, **k: c.send(*a, **k), destination, body, receipt=receipt,
                          headers=dict(headers))
+
+    def send_nowait(self, destination: str, body: bytes, headers: dict[str, str],
+                    on_error: Callable[[BridgeUnavailable], None]) -> None:
+        """Queue a SEND on the writer thread and return at once (the request/reply fast path).
+
+        ``on_error`` runs on the loop if the write fails; :class:`BridgeUnavailable` at once when
+        ActiveMQ is not connected.
+        """
+        conn, generation = self._conn, self._generation
+        if conn is None or not self._connected.is_set():
+            raise BridgeUnavailable("SEND: ActiveMQ is not connected")
+
+        def failed(exc: BaseException) -> None:
+            self._on_broken(generation, f"SEND failed: {exc or type(exc).__name__}")
+            on_error(BridgeUnavailable(f"SEND to ActiveMQ failed: {exc or type(exc).__name__}"))
+
+        def run() -> None:
+            try:
+                conn.send(destination, body, headers=headers)
+            except (StompException, OSError) as exc:
+                try:
+                    self.loop.call_soon_threadsafe(failed, exc)
+                except RuntimeError:    # the loop is closed: the process is ending
+                    pass
+
+        self._writer.submit(run)
 
     async def ack(self, frame: Frame) -> None:
         """Acknowledge one message of a ``client-individual`` subscription.
