@@ -218,12 +218,10 @@ class NatsToJmsRequestReply(Bridge):
             # ActiveMQ drops the request once nobody waits for its reply any more.
             headers["expires"] = str(int(time.time() * 1000 + self.config.timeout_s * 1000))
         self.pending.add(key, _NatsRequest(msg.reply, message.correlation_id))
-        # Handed to the STOMP writer thread without waiting: a stalled ActiveMQ must not hold back the
-        # subscription (the requests behind would never reach the pending map, so never time out);
-        # the timer covers this one.
+        # Written without waiting: a stalled ActiveMQ must not hold back the subscription (the
+        # requests behind would never reach the pending map, so never time out); the timer covers this one.
         try:
-            self.rt.jms.send_nowait(f"/queue/{self.config.dest}", message.body, headers,
-                                    lambda exc: self._send_failed(key, msg.reply, exc))
+            self.rt.jms.send_nowait(f"/queue/{self.config.dest}", message.body, headers)
         except BridgeUnavailable as exc:
             self._send_failed(key, msg.reply, exc)
             return

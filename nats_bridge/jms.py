@@ -1,33 +1,35 @@
-"""ActiveMQ over STOMP 1.2 for an asyncio bridge: one connection, subscriptions, receipts, reconnection.
+"""ActiveMQ over STOMP 1.2 on the bridge's event loop: one connection, subscriptions, receipts, reconnection.
 
-``stomp.py`` runs its own receiver thread; its callbacks hop onto the event loop with
-``call_soon_threadsafe``, and every write runs on one executor thread, in order, so the loop never
-blocks on a socket. When the connection drops, it reconnects with exponential backoff and jitter and
-subscribes again; callers see :class:`BridgeUnavailable` meanwhile (or wait with :meth:`wait_connected`).
-Messages not acknowledged before a drop go back to ActiveMQ, which redelivers them.
+STOMP is spoken directly on an asyncio stream (no client threads): a request costs no thread
+hand-off, and a write never blocks the loop (a peer that stops reading makes :meth:`send_nowait`
+refuse once :data:`MAX_BUFFERED` bytes wait). When the connection drops, it reconnects with
+exponential backoff and jitter and subscribes again; callers see :class:`BridgeUnavailable`
+meanwhile (or wait with :meth:`wait_connected`). Messages not acknowledged before a drop go back to
+ActiveMQ, which redelivers them.
+
+Frames (STOMP 1.2): header values are escaped (``\\\\``, ``\\n``, ``\\r``, ``\\c``); a body with a
+``content-length`` is read by length (ActiveMQ: a BytesMessage), one without up to its NUL (a
+TextMessage).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import itertools
 import logging
 import random
-import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import stomp
-from stomp.exception import StompException
 
 from .config import Connections
 from .errors import BridgeUnavailable
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)
+MAX_BUFFERED = 8 << 20
+"""Bytes waiting to be written to ActiveMQ beyond which new sends are refused: it is not reading."""
+MAX_FRAME = 16 << 20
+_ESCAPES = {"\\\\": "\\", "\\n": "\n", "\\r": "\r", "\\c": ":"}
 
 
 @dataclass(slots=True)
@@ -45,34 +47,77 @@ class _Subscription:
     ack: str
     headers: dict[str, str]
     handler: Callable[[Frame], None]
-    active: bool = True
     sub_id: str = field(default_factory=lambda: f"s-{next(_ids)}")
 
 
-class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
-    def __init__(self, owner: JmsConnection, generation: int) -> None:
-        self.owner = owner
-        self.generation = generation
+class ProtocolError(Exception):
+    """ActiveMQ sent something that is not a STOMP frame."""
 
-    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace(":", "\\c")
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i:i + 2]
+        if pair in _ESCAPES:
+            out.append(_ESCAPES[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def encode_frame(command: str, headers: dict[str, str], body: bytes = b"", escape: bool = True) -> bytes:
+    """One STOMP frame; header values escaped (not in CONNECT, as STOMP 1.2 says)."""
+    lines = [command] + [f"{_escape(k) if escape else k}:{_escape(v) if escape else v}" for k, v in headers.items()]
+    return ("\n".join(lines) + "\n\n").encode("utf-8") + body + b"\0"
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """The next frame (heart-beat newlines skipped).
+
+    Raises:
+        asyncio.IncompleteReadError: the connection ended.
+        ProtocolError: not a STOMP frame.
+    """
+    line = b"\n"
+    while line in (b"\n", b"\r\n"):
+        line = await reader.readuntil(b"\n")
+    command = line.rstrip(b"\r\n").decode("utf-8", "replace")
+    headers: dict[str, str] = {}
+    while True:
+        raw = (await reader.readuntil(b"\n")).rstrip(b"\r\n")
+        if not raw:
+            break
         try:
-            self.owner.loop.call_soon_threadsafe(fn, self.generation, *args)
-        except RuntimeError:    # the loop is closed: the process is ending
-            pass
-
-    def on_message(self, frame: Any) -> None:
-        body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
-        self._post(self.owner._on_message, Frame(dict(frame.headers), body))
-
-    def on_receipt(self, frame: Any) -> None:
-        self._post(self.owner._on_receipt, frame.headers.get("receipt-id", ""))
-
-    def on_error(self, frame: Any) -> None:
-        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body)
-        self._post(self.owner._on_broken, f"ERROR frame: {frame.headers.get('message', '')} {body[:300]}".strip())
-
-    def on_disconnected(self) -> None:
-        self._post(self.owner._on_broken, "disconnected")
+            key, sep, value = raw.decode("utf-8").partition(":")
+        except UnicodeDecodeError:
+            raise ProtocolError(f"a {command} frame has a header that is not UTF-8") from None
+        if not sep:
+            raise ProtocolError(f"a {command} frame has a header line without ':'")
+        if command != "CONNECTED":
+            key, value = _unescape(key), _unescape(value)
+        headers.setdefault(key, value)      # STOMP 1.2: the first of repeated headers wins
+    length = headers.get("content-length")
+    if length is not None:
+        try:
+            size = int(length)
+        except ValueError:
+            raise ProtocolError(f"content-length {length!r}") from None
+        if not 0 <= size <= MAX_FRAME:
+            raise ProtocolError(f"content-length {size}")
+        body = await reader.readexactly(size)
+        if await reader.readexactly(1) != b"\0":
+            raise ProtocolError(f"a {command} frame does not end with NUL after its content-length")
+    else:
+        body = (await reader.readuntil(b"\0"))[:-1]
+    return command, headers, body
 
 
 class JmsConnection:
@@ -84,8 +129,8 @@ class JmsConnection:
         self.loop = asyncio.get_running_loop()
         self.on_state = on_state
         self.receipt_timeout = receipt_timeout
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stomp-write")
-        self._conn: stomp.Connection12 | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
         self._generation = 0
         self._connected = asyncio.Event()
         self._receipts: dict[str, asyncio.Future[None]] = {}
@@ -103,58 +148,80 @@ class JmsConnection:
         return self._generation
 
     # ------------------------------------------------------------------------ connecting
-    def _connect_blocking(self, generation: int) -> stomp.Connection12:
-        s = self.settings
-        conn = stomp.Connection12([(s.stomp_host, s.stomp_port)], auto_decode=False, auto_content_length=False,
-                                  reconnect_attempts_max=1, timeout=10, heartbeats=(0, 0))
-        conn.set_listener("nats-bridge", _Listener(self, generation))
-        try:
-            conn.connect(s.stomp_user, s.stomp_password, wait=True)
-        except (StompException, OSError) as exc:
-            _drop(conn)
-            raise BridgeUnavailable(f"cannot connect to ActiveMQ at {s.stomp_host}:{s.stomp_port}: "
-                                    f"{exc or type(exc).__name__}") from None
-        sock = getattr(conn.transport, "socket", None)
-        if sock is not None:
-            # Requests are small frames: do not let Nagle hold one back waiting for an ACK.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
     async def start(self) -> None:
         """Connect now if ActiveMQ answers; otherwise keep trying in the background."""
         self._reconnect = asyncio.create_task(self._reconnect_loop(), name="jms-reconnect")
 
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        s = self.settings
+        reader, writer = await asyncio.open_connection(s.stomp_host, s.stomp_port, limit=MAX_FRAME)
+        headers = {"accept-version": "1.2", "host": s.stomp_host, "heart-beat": "0,0"}
+        if s.stomp_user:
+            headers.update({"login": s.stomp_user, "passcode": s.stomp_password or ""})
+        writer.write(encode_frame("CONNECT", headers, escape=False))
+        command, answer, body = await read_frame(reader)
+        if command != "CONNECTED":
+            writer.close()
+            raise ProtocolError(f"{command} {answer.get('message', '')} {body[:200]!r}")
+        return reader, writer
+
     async def _reconnect_loop(self) -> None:
         delay = self.settings.jms_reconnect_initial_s
+        where = f"{self.settings.stomp_host}:{self.settings.stomp_port}"
         while not self._closed:
-            generation = self._generation + 1
             try:
-                conn = await self.loop.run_in_executor(self._writer, self._connect_blocking, generation)
-            except BridgeUnavailable as exc:
-                log.warning("%s; retrying in %.2f s", exc, delay)
+                reader, writer = await asyncio.wait_for(self._open(), 10)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                    ProtocolError) as exc:
+                log.warning("cannot connect to ActiveMQ at %s (%s); retrying in %.2f s", where,
+                            exc or type(exc).__name__, delay)
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, self.settings.jms_reconnect_max_s)
                 continue
-            self._generation, self._conn = generation, conn
+            self._generation += 1
+            generation = self._generation
+            self._writer = writer
+            self._reader_task = asyncio.create_task(self._read_loop(reader, generation), name="jms-read")
             try:
-                for sub in self._subs.values():
-                    if sub.active:
-                        await self._send_subscribe(sub)
+                for sub in list(self._subs.values()):
+                    await self._send_subscribe(sub)
             except BridgeUnavailable as exc:
                 log.warning("subscribing again after reconnecting failed: %s", exc)
-                self._on_broken(generation, str(exc))
                 continue
-            log.info("connected to ActiveMQ at %s:%d", self.settings.stomp_host, self.settings.stomp_port)
+            log.info("connected to ActiveMQ at %s", where)
             self._connected.set()
             if self.on_state:
                 self.on_state(True)
             return
 
+    async def _read_loop(self, reader: asyncio.StreamReader, generation: int) -> None:
+        try:
+            while True:
+                command, headers, body = await read_frame(reader)
+                if command == "MESSAGE":
+                    sub = self._subs.get(headers.get("subscription", ""))
+                    if sub is not None:
+                        try:
+                            sub.handler(Frame(headers, body, generation))
+                        except Exception:
+                            log.exception("handling message %s failed", headers.get("message-id"))
+                elif command == "RECEIPT":
+                    future = self._receipts.pop(headers.get("receipt-id", ""), None)
+                    if future is not None and not future.done():
+                        future.set_result(None)
+                elif command == "ERROR":
+                    text = f"ERROR frame: {headers.get('message', '')} {body[:300].decode('utf-8', 'replace')}"
+                    log.warning("ActiveMQ: %s", text)
+                    self._on_broken(generation, text)
+                    return
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ProtocolError) as exc:
+            self._on_broken(generation, f"{type(exc).__name__}: {exc}"[:300])
+
     def _on_broken(self, generation: int, why: str) -> None:
         if generation != self._generation or self._closed:
             return
         self._generation += 1          # frames of the dead connection are ignored from now on
-        conn, self._conn = self._conn, None
+        writer, self._writer = self._writer, None
         was = self._connected.is_set()
         self._connected.clear()
         if was:
@@ -165,9 +232,8 @@ class JmsConnection:
             if not future.done():
                 future.set_exception(BridgeUnavailable(f"ActiveMQ connection lost: {why}"))
         self._receipts.clear()
-        if conn is not None:
-            # Not on the writer: closing a dead connection can block, and the next one needs the writer.
-            threading.Thread(target=_drop, args=(conn,), name="stomp-drop", daemon=True).start()
+        if writer is not None:
+            writer.transport.abort()
         if self._reconnect is None or self._reconnect.done():
             self._reconnect = asyncio.create_task(self._reconnect_loop(), name="jms-reconnect")
 
@@ -180,48 +246,44 @@ class JmsConnection:
 
     async def close(self) -> None:
         self._closed = True
-        if self._reconnect is not None:
-            self._reconnect.cancel()
-        conn, self._conn = self._conn, None
+        for task in (self._reconnect, self._reader_task):
+            if task is not None:
+                task.cancel()
+        writer, self._writer = self._writer, None
         self._connected.clear()
-        if conn is not None:
-            await self.loop.run_in_executor(self._writer, _drop, conn)
-        self._writer.shutdown(wait=False)
+        if writer is not None:
+            try:
+                writer.write(encode_frame("DISCONNECT", {}))
+                writer.close()
+                await asyncio.wait_for(writer.wait_closed(), 2)
+            except (OSError, TimeoutError):
+                pass
 
     # --------------------------------------------------------------------------- frames
-    def _on_message(self, generation: int, frame: Frame) -> None:
-        if generation != self._generation:
-            return
-        sub = self._subs.get(frame.headers.get("subscription", ""))
-        frame.generation = generation
-        if sub is not None and sub.active:
-            sub.handler(frame)
-
-    def _on_receipt(self, generation: int, receipt: str) -> None:
-        future = self._receipts.pop(receipt, None)
-        if future is not None and not future.done():
-            future.set_result(None)
-
-    async def _call(self, what: str, fn: Callable[..., Any], *args: Any, receipt: bool = False,
-                    **kwargs: Any) -> None:
-        conn, generation = self._conn, self._generation
-        if conn is None or not self._connected.is_set() and what != "SUBSCRIBE":
+    def _write(self, what: str, frame: bytes, allow_connecting: bool = False) -> int:
+        """Queue ``frame`` on the socket; the generation it went out on."""
+        writer = self._writer
+        if writer is None or not (self._connected.is_set() or allow_connecting):
             raise BridgeUnavailable(f"{what}: ActiveMQ is not connected")
+        if writer.transport.get_write_buffer_size() > MAX_BUFFERED:
+            raise BridgeUnavailable(f"{what}: ActiveMQ is not reading ({MAX_BUFFERED >> 20} MiB wait to be sent)")
+        writer.write(frame)
+        return self._generation
+
+    async def _call(self, what: str, command: str, headers: dict[str, str], body: bytes = b"",
+                    receipt: bool = False, allow_connecting: bool = False) -> None:
         waiter: asyncio.Future[None] | None = None
         if receipt:
             rid = f"r-{next(_ids)}"
             waiter = self.loop.create_future()
             self._receipts[rid] = waiter
-            kwargs.setdefault("headers", {})["receipt"] = rid
-
-        def run() -> None:
-            fn(conn, *args, **kwargs)
-
+            headers = {**headers, "receipt": rid}
         try:
-            await self.loop.run_in_executor(self._writer, run)
-        except (StompException, OSError) as exc:
-            self._on_broken(generation, f"{what} failed: {exc or type(exc).__name__}")
-            raise BridgeUnavailable(f"{what} to ActiveMQ failed: {exc or type(exc).__name__}") from None
+            generation = self._write(what, encode_frame(command, headers, body), allow_connecting)
+        except BridgeUnavailable:
+            if waiter is not None:
+                self._receipts.pop(headers["receipt"], None)
+            raise
         if waiter is not None:
             try:
                 await asyncio.wait_for(waiter, self.receipt_timeout)
@@ -231,34 +293,15 @@ class JmsConnection:
 
     async def send(self, destination: str, body: bytes, headers: dict[str, str], receipt: bool = False) -> None:
         """SEND; with ``receipt``, return only once ActiveMQ has it (persisted, for a persistent message)."""
-        await self._call("SEND", lambda c, *a, **k: c.send(*a, **k), destination, body, receipt=receipt,
-                         headers=dict(headers))
+        await self._call("SEND", "SEND", {"destination": destination, **headers}, body, receipt=receipt)
 
-    def send_nowait(self, destination: str, body: bytes, headers: dict[str, str],
-                    on_error: Callable[[BridgeUnavailable], None]) -> None:
-        """Queue a SEND on the writer thread and return at once (the request/reply fast path).
+    def send_nowait(self, destination: str, body: bytes, headers: dict[str, str]) -> None:
+        """SEND without waiting (the request/reply fast path).
 
-        ``on_error`` runs on the loop if the write fails; :class:`BridgeUnavailable` at once when
-        ActiveMQ is not connected.
+        Raises:
+            BridgeUnavailable: ActiveMQ is not connected, or not reading.
         """
-        conn, generation = self._conn, self._generation
-        if conn is None or not self._connected.is_set():
-            raise BridgeUnavailable("SEND: ActiveMQ is not connected")
-
-        def failed(exc: BaseException) -> None:
-            self._on_broken(generation, f"SEND failed: {exc or type(exc).__name__}")
-            on_error(BridgeUnavailable(f"SEND to ActiveMQ failed: {exc or type(exc).__name__}"))
-
-        def run() -> None:
-            try:
-                conn.send(destination, body, headers=headers)
-            except (StompException, OSError) as exc:
-                try:
-                    self.loop.call_soon_threadsafe(failed, exc)
-                except RuntimeError:    # the loop is closed: the process is ending
-                    pass
-
-        self._writer.submit(run)
+        self._write("SEND", encode_frame("SEND", {"destination": destination, **headers}, body))
 
     async def ack(self, frame: Frame) -> None:
         """Acknowledge one message of a ``client-individual`` subscription.
@@ -267,11 +310,12 @@ class JmsConnection:
         """
         if frame.generation != self._generation:
             raise BridgeUnavailable("the message came on a connection since lost; ActiveMQ redelivers it")
-        await self._call("ACK", lambda c, ack_id: c.ack(ack_id), frame.headers.get("ack", ""))
+        self._write("ACK", encode_frame("ACK", {"id": frame.headers.get("ack", "")}))
 
     async def _send_subscribe(self, sub: _Subscription) -> None:
-        await self._call("SUBSCRIBE", lambda c, *a, **k: c.subscribe(*a, **k), sub.destination, sub.sub_id,
-                         ack=sub.ack, receipt=True, headers=dict(sub.headers))
+        await self._call("SUBSCRIBE", "SUBSCRIBE", {"id": sub.sub_id, "destination": sub.destination,
+                                                    "ack": sub.ack, **sub.headers},
+                         receipt=True, allow_connecting=True)
 
     async def subscribe(self, destination: str, handler: Callable[[Frame], None], ack: str = "auto",
                         headers: dict[str, str] | None = None) -> str:
@@ -284,23 +328,9 @@ class JmsConnection:
 
     async def unsubscribe(self, sub_id: str) -> None:
         """Stop a subscription; its unacknowledged messages go back to ActiveMQ."""
-        sub = self._subs.pop(sub_id, None)
-        if sub is None:
+        if self._subs.pop(sub_id, None) is None:
             return
-        sub.active = False
-        if self._connected.is_set():
-            try:
-                await self._call("UNSUBSCRIBE", lambda c, s: c.unsubscribe(s), sub_id, receipt=True)
-            except BridgeUnavailable:
-                pass   # the connection is gone, and the subscription with it
-
-
-def _drop(conn: stomp.Connection12) -> None:
-    try:
-        conn.disconnect()
-    except Exception:  # noqa: BLE001 - already broken
-        pass
-    try:
-        conn.transport.stop()
-    except Exception:  # noqa: BLE001
-        pass
+        try:
+            await self._call("UNSUBSCRIBE", "UNSUBSCRIBE", {"id": sub_id}, receipt=True)
+        except BridgeUnavailable:
+            pass   # the connection is gone, and the subscription with it
