@@ -19,6 +19,7 @@ Delivery:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -30,7 +31,6 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from .codec import BridgeMessage
 from .config import BridgeConfig
 from .errors import BridgeUnavailable, DecodeError, EncodeError
 from .jms import Frame, JmsConnection
@@ -123,8 +123,8 @@ class Bridge:
         raise NotImplementedError
 
     def _count(self, name: str) -> int:
-        metric = getattr(self.rt.metrics, name)
-        return int(metric.labels(self.name)._value.get())
+        value = self.rt.metrics.registry.get_sample_value(f"{name}_total", {"bridge": self.name})
+        return int(value or 0)
 
     def status(self) -> dict[str, Any]:
         """State, counts and parameters (the management API's ``GET /bridges/<name>``)."""
@@ -248,8 +248,7 @@ class NatsToJmsRequestReply(Bridge):
         m = self.rt.metrics
         reply = from_stomp(frame.headers, frame.body)
         # The requester sees its own correlation id again, not the bridge's.
-        reply = BridgeMessage(**{**reply.__dict__, "correlation_id": request.correlation_id,
-                                 "framed": True, "redelivered": False, "timestamp": reply.timestamp})
+        reply = dataclasses.replace(reply, correlation_id=request.correlation_id, redelivered=False)
         try:
             payload, headers = to_nats(reply, self.config.headers)
         except EncodeError as exc:

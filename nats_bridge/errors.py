@@ -6,6 +6,7 @@
     │   ├── EncodeError        an input that version 1.0 cannot carry
     │   └── DecodeError        a corrupt frame (.reason: a short stable code, the metric's label)
     └── BridgeUnavailable      a side (NATS or JMS) is down; the bridge retries with backoff
+        └── jms.ProtocolError  ActiveMQ sent something that is not STOMP
 """
 
 from __future__ import annotations

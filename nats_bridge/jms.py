@@ -50,8 +50,8 @@ class _Subscription:
     sub_id: str = field(default_factory=lambda: f"s-{next(_ids)}")
 
 
-class ProtocolError(Exception):
-    """ActiveMQ sent something that is not a STOMP frame."""
+class ProtocolError(BridgeUnavailable):
+    """ActiveMQ sent something that is not a STOMP frame (the connection is dropped and made again)."""
 
 
 def _escape(text: str) -> str:

@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from .metrics import BridgeMetrics
 
@@ -107,9 +107,3 @@ class PendingRequests(Generic[T]):
         """Forget a request that could not be sent; returns its context."""
         entry = self._remove(key)
         return entry.context if entry is not None else None
-
-    def keys(self) -> list[str]:
-        return list(self._entries)
-
-    def status(self) -> dict[str, Any]:
-        return {"pending": len(self._entries)}
