@@ -24,6 +24,7 @@ import itertools
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,24 @@ class Bridge:
             exc = task.exception()
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.error("%s: %s", self.name, self.last_error, exc_info=exc)
+
+    def _supervise(self, body: Callable[[], Awaitable[None]], name: str) -> asyncio.Task[None]:
+        """Run a bridge's loop (a puller, a worker) as a task that an unexpected error cannot end.
+
+        The error is logged with its traceback and shown as ``last_error``; the loop starts again a
+        second later, so the messages it held come back (unacknowledged) instead of waiting forever.
+        """
+        async def run() -> None:
+            while True:
+                try:
+                    await body()
+                    return
+                except Exception as exc:
+                    self.last_error = f"{name}: {type(exc).__name__}: {exc}"[:500]
+                    log.exception("%s: %s failed; starting it again in 1 s", self.name, name)
+                    await asyncio.sleep(1)
+
+        return asyncio.create_task(run(), name=f"{name}-{self.name}")
 
     def _set_state(self, state: str) -> None:
         self.state = state

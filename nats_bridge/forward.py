@@ -55,7 +55,7 @@ class JmsToNatsForward(Bridge):
 
     async def _subscribe(self) -> None:
         if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._work(), name=f"forward-{self.name}")
+            self._worker = self._supervise(self._work, "forward")
         self._sub = await self.rt.jms.subscribe(
             f"/queue/{self.config.source}", self._queue.put_nowait, ack="client-individual",
             headers={"activemq.prefetchSize": str(self.config.max_in_flight)})
@@ -142,7 +142,7 @@ class NatsToJmsForward(Bridge):
         # A message a crashed bridge fetched but never acknowledged comes again after ACK_WAIT_S.
         self._sub = await js.pull_subscribe(self.config.source, durable=self.config.jetstream_durable,
                                             stream=stream, config=ConsumerConfig(ack_wait=ACK_WAIT_S))
-        self._puller = asyncio.create_task(self._pull(), name=f"pull-{self.name}")
+        self._puller = self._supervise(self._pull, "pull")
 
     async def _unsubscribe(self) -> None:
         if self._puller is not None:
@@ -160,7 +160,7 @@ class NatsToJmsForward(Bridge):
         while True:
             try:
                 msgs = await self._sub.fetch(min(BATCH, self.config.max_in_flight), timeout=1)
-            except NatsTimeout:
+            except (NatsTimeout, TimeoutError):    # nats-py raises either when nothing came
                 continue
             except (NatsError, JetStreamError) as exc:
                 log.warning("%s: fetching from JetStream failed (%s); retrying", self.name, exc)

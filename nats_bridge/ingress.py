@@ -64,7 +64,7 @@ class JetStreamIngress(Bridge):
                                   f"the subject {self.config.source}") from None
         self._sub = await js.pull_subscribe(self.config.source, durable=self.config.jetstream_durable,
                                             stream=self._stream, config=ConsumerConfig(ack_wait=ACK_WAIT_S))
-        self._puller = asyncio.create_task(self._pull(), name=f"ingress-{self.name}")
+        self._puller = self._supervise(self._pull, "ingress")
 
     async def _unsubscribe(self) -> None:
         if self._puller is not None:
@@ -98,7 +98,7 @@ class JetStreamIngress(Bridge):
         while True:
             try:
                 msgs = await self._sub.fetch(min(BATCH, self.config.max_in_flight), timeout=1)
-            except NatsTimeout:
+            except (NatsTimeout, TimeoutError):    # nats-py raises either when nothing came
                 continue
             except (NatsError, JetStreamError) as exc:
                 log.warning("%s: fetching from JetStream failed (%s); retrying", self.name, exc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ import nats
 import pytest
 import requests
 
-from tests.support import free_port, need_service, port_open, wait_until
+from tests.support import need_service, port_open, wait_until
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = ("io.nats.bridge", "nats-jms-bridge-message", "1.0.4")
@@ -99,30 +100,38 @@ class BridgeProcess:
 
     def __init__(self, routes: Path, log_dir: Path) -> None:
         self.routes = routes
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"nats-bridge-{self.port}.log"
+        self.url = ""
+        self.log_path = log_dir / f"nats-bridge-{uuid.uuid4().hex[:8]}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, wait: bool = True) -> BridgeProcess:
+        """Start it on a port the kernel picks (read back from its log: no race with other test runs)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        self.url = ""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker", "bridge", "nats", "--routes", str(self.routes), "--port",
-                 str(self.port), "--log-level", "INFO"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [sys.executable, "-m", "broker", "bridge", "nats", "--routes", str(self.routes), "--port", "0",
+                 "--log-level", "INFO"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if wait:
             self.wait_started()
         return self
+
+    def _find_url(self) -> str:
+        started = self.log_path.read_text(errors="replace").rsplit("nats-bridge: ", 1)
+        match = re.search(r"management on (http://[\d.]+:\d+)/bridges", started[-1]) if len(started) > 1 else None
+        return match.group(1) if match else ""
 
     def wait_started(self, timeout: float = 60.0) -> None:
         def started() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(f"the bridge exited with {self.proc.returncode}:\n{self.log_tail()}")
+            self.url = self.url or self._find_url()
+            if not self.url:
+                return False
             try:
                 bridges = requests.get(self.url + "/bridges", timeout=1).json()["bridges"]
-            except (requests.RequestException, ValueError):
+            except (requests.RequestException, ValueError, KeyError):
                 return False
             return all(b["state"] == "STARTED" and b["jms_connected"] and b["nats_connected"] for b in bridges)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import shutil
 import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pytest
 from journal_spark.jms.errors import JmsConnectionError
 from journal_spark.jms.stompclient import StompClient
 from tests.bridges_jms.conftest import PrivateActiveMQ
-from tests.support import free_port, need_service, port_open, wait_until
+from tests.support import need_service, port_open, wait_until
 
 from .conftest import BridgeProcess, NatsThread, unique
 
@@ -33,15 +35,25 @@ class PrivateNats:
         binary = shutil.which("nats-server") or "/usr/bin/nats-server"
         need_service(Path(binary).exists(), "nats-server (services/nats.sh installs it)")
         self.binary = binary
-        self.port = free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.log = log_dir / f"nats-{self.port}.log"
+        self.port = 0
+        self.url = ""
+        self.log = log_dir / f"nats-{uuid.uuid4().hex[:8]}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PrivateNats:
+        """Start on a port the kernel picks (-p -1) the first time, on the same port after a kill."""
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port)], stdout=log,
+            self.proc = subprocess.Popen([self.binary, "-a", "127.0.0.1", "-p", str(self.port or -1)], stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
+        if not self.port:
+            def listening() -> bool:
+                found = re.search(r"Listening for client connections on 127\.0\.0\.1:(\d+)", self.log.read_text())
+                if found:
+                    self.port = int(found.group(1))
+                return found is not None
+
+            wait_until(listening, timeout=30, what="the private nats-server's port in its log")
+            self.url = f"nats://127.0.0.1:{self.port}"
         wait_until(lambda: port_open("127.0.0.1", self.port), timeout=30, what="the private nats-server up")
         return self
 
