@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import signal
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from .jms import JmsConnection
 from .metrics import BridgeMetrics
 
 log = logging.getLogger(__name__)
+NATS_BACKOFF_MAX_S = 10.0
+"""The longest wait between two NATS reconnection attempts (the backoff doubles up to it)."""
 KINDS: dict[tuple[str, str], Callable[[BridgeConfig, Runtime], Bridge]] = {
     ("request-reply", "nats-to-jms"): NatsToJmsRequestReply,
     ("request-reply", "jms-to-nats"): JmsToNatsRequestReply,
@@ -88,13 +91,20 @@ async def connect_nats(c: Connections, name: str, metrics: BridgeMetrics, gave_u
     async def error(exc: Exception) -> None:
         log.info("NATS: %s", exc or type(exc).__name__)
 
+    def backoff(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+        # nats-py waits a fixed reconnect_time_wait; this doubles it per failed attempt, with jitter.
+        server = min(servers, key=lambda s: s.reconnects)
+        wait = min(c.nats_reconnect_wait_s * 2 ** min(server.reconnects, 16), NATS_BACKOFF_MAX_S)
+        return server, wait * random.uniform(0.5, 1.0)
+
     delay = c.nats_reconnect_wait_s
     attempts = 0
     while True:
         try:
             nc = await nats.connect(
                 servers=list(c.nats_servers), name=name, user=c.nats_user, password=c.nats_password,
-                token=c.nats_token, connect_timeout=c.nats_connect_timeout_s, allow_reconnect=True,
+                token=c.nats_token, connect_timeout=c.nats_connect_timeout_s,
+                allow_reconnect=c.nats_reconnect_max != 0, reconnect_to_server_handler=backoff,
                 max_reconnect_attempts=c.nats_reconnect_max, reconnect_time_wait=c.nats_reconnect_wait_s,
                 disconnected_cb=disconnected, reconnected_cb=reconnected, error_cb=error, closed_cb=closed,
                 ping_interval=5, max_outstanding_pings=2)
