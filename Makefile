@@ -16,7 +16,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[journal,dev]'
+	$(BIN)/pip install -q -e '.[journal,nats,dev]'
 	touch $@
 
 install: $(BIN)/.installed
@@ -59,8 +59,8 @@ test:
 
 # Every checker `make test` enforces: ruff (rules in pyproject.toml), mypy --strict on every package.
 lint: install
-	$(BIN)/ruff check broker driver journal_spark bench tests
-	$(BIN)/mypy broker driver journal_spark bench
+	$(BIN)/ruff check broker driver journal_spark nats_bridge bench tests
+	$(BIN)/mypy broker driver journal_spark nats_bridge bench
 
 bench: install services
 	command -v wrk >/dev/null || apt-get install -y -q wrk || true

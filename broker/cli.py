@@ -70,5 +70,18 @@ def _add_ingress_commands() -> None:
 
 _add_ingress_commands()
 
+
+
+def _add_nats_bridge() -> None:
+    """``toymb bridge nats --routes FILE`` beside the JMS bridges' management commands."""
+    bridge = main.commands.get("bridge")
+    if isinstance(bridge, click.Group):
+        from nats_bridge.cli import nats_bridge
+
+        bridge.add_command(nats_bridge)
+
+
+_add_nats_bridge()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

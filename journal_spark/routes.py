@@ -68,6 +68,10 @@ JMS_KEYS: set[str] = {
     "jms.stomp.heartbeat.ms", "jms.stomp.ssl", "jms.client.id",
     "jms.egress.chunk", "jms.egress.retries", "jms.egress.retry.ms",
 }
+# Connection keys of NATS (JetStream destinations ``routes.<n>.dest.nats.subject``); the same keys as
+# ``toymb bridge nats``, whose own ``nats-bridge.*`` entries may share the file.
+NATS_KEYS: set[str] = {"nats.servers", "nats.user", "nats.password", "nats.token", "nats.reconnect.wait.ms",
+                       "nats.reconnect.max"}
 # Extra per-route keys (``routes.<n>.<key>``) besides the core ones.
 ROUTE_EXTRA_KEYS: set[str] = {"jms.persistent", "jms.priority", "jms.ttl.ms"}
 # Ingress parameters (``ingress.<n>.<key>``): the Artemis JMS bridge's names, and Kafka's.
@@ -79,13 +83,14 @@ INGRESS_OPTION_KEYS: set[str] = {
 _GLOBAL_KEYS = {"bridge.id", "routing.dead-letter.topic", "routing.on-error", "routing.max-hops",
                 "routing.markers.topic", "routing.start"}
 START_POSITIONS = ("earliest", "latest", "journaled")
-_ROUTE_CORE = {"name", "predicate", "dest.topic", "dest.jms.queue", "dest.jms.topic", "conv.key"}
+_ROUTE_CORE = {"name", "predicate", "dest.topic", "dest.jms.queue", "dest.jms.topic", "dest.nats.subject", "conv.key"}
 _INGRESS_CORE = {"kafka.topic", "jms.queue", "jms.topic", "dest.topic", "broker.url"}
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
-DestKind = Literal["kafka", "jms-queue", "jms-topic"]
+DestKind = Literal["kafka", "jms-queue", "jms-topic", "jetstream"]
 _KINDS: dict[str, DestKind] = {
     "dest.topic": "kafka", "dest.jms.queue": "jms-queue", "dest.jms.topic": "jms-topic",
+    "dest.nats.subject": "jetstream",
     "kafka.topic": "kafka", "jms.queue": "jms-queue", "jms.topic": "jms-topic",
 }
 
@@ -260,8 +265,10 @@ def load_routes(path: str | os.PathLike[str]) -> Routes:
         def bad(msg: str, _line: int = line) -> RoutesError:
             return RoutesError(f"{where}:{_line}: {msg}")
 
-        if key in _GLOBAL_KEYS or key.startswith("kafka.") or key in JMS_KEYS:
+        if key in _GLOBAL_KEYS or key.startswith("kafka.") or key in JMS_KEYS or key in NATS_KEYS:
             glob[key] = (line, value)
+        elif key.startswith("nats-bridge."):
+            continue      # the NATS bridge process's (nats_bridge.config); it checks them
         elif key.startswith(("routes.", "ingress.")):
             section, _, rest = key.partition(".")
             name, _, sub = rest.partition(".")
@@ -321,7 +328,7 @@ def _route(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Route:
     dests = [(k, v) for k, v in fields.items() if k.startswith("dest.")]
     if len(dests) != 1 or not dests[0][1][1]:
         raise RoutesError(f"{where}:{first}: route {name} needs exactly one of routes.{name}.dest.topic, "
-                          f"dest.jms.queue or dest.jms.topic")
+                          f"dest.jms.queue, dest.jms.topic or dest.nats.subject")
     kind = _KINDS[dests[0][0]]
     conv_key = None
     if "conv.key" in fields:

@@ -48,6 +48,10 @@ def sinks_for(routes: Routes, telemetry: BridgeTelemetry, settings: Any = None,
             raise RoutesError(f"{routes.path}: JMS routes need the JMS bridge, "
                               "which this build lacks") from None
         sinks.extend(jms.build_sinks(settings, spark, routes, telemetry))
+    if routes.of_kind("jetstream"):
+        from nats_bridge.jetstream_sink import JetStreamSink
+
+        sinks.append(JetStreamSink(routes, telemetry))
     if not sinks:
         log.warning("routes file %s has no routes: no bridge runs", routes.path)
     return sinks

@@ -1,0 +1,131 @@
+"""JetStream as a journal route destination: exactly once through Nats-Msg-Id, across journal job crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from journal_spark.routes import HardFailure, RoutesError, load_routes
+from nats_bridge.jetstream_sink import JetStreamSink
+from tests.bridges_jms.test_faults import STALL_S, start_job
+from tests.support import NodeProcess, wait_progressing
+
+from .conftest import NatsThread, unique, write_routes
+
+
+@pytest.fixture
+def stream(nats_client: NatsThread) -> Iterator[tuple[str, str]]:
+    """A JetStream stream of its own: (name, subject)."""
+    name, subject = unique("EGRESS").replace(".", "_"), unique("egress")
+    nats_client.call(nats_client.nc.jetstream().add_stream(name=name, subjects=[subject]))
+    yield name, subject
+    nats_client.call(nats_client.nc.jetstream().delete_stream(name))
+
+
+def _rows(n: int, topic: str = "egress") -> list[dict[str, Any]]:
+    return [{"id": f"e-{i}", "topic": topic, "partition": i % 4, "offset": i // 4, "key": None, "timestamp": 0,
+             "content_type": "text/plain", "body": f"m-{i}".encode(), "headers": {"n": str(i)}} for i in range(n)]
+
+
+def test_a_replayed_batch_is_stored_once_with_its_headers(nats_client: NatsThread, stream: tuple[str, str],
+                                                          tmp_path: Path) -> None:
+    name, subject = stream
+    routes = load_routes(write_routes(tmp_path / "routes.properties", [
+        f"bridge.id={unique('js-egress')}", "nats.servers=nats://127.0.0.1:4222",
+        "routes.js.predicate=msg.address==egress", f"routes.js.dest.nats.subject={subject}",
+        "nats-bridge.other.type=forward"]))        # the NATS bridge process's keys may share the file
+    sink = JetStreamSink(routes)
+    rows = _rows(50)
+    assert sink.write_rows(rows, 0) == 50
+    assert sink.write_rows(rows[:30], 0) == 30               # Spark replays the batch after a crash
+    js = nats_client.nc.jetstream()
+    info = nats_client.call(js.stream_info(name))
+    assert info.state.messages == 50
+    first = nats_client.call(js.get_msg(name, 1))
+    assert first.data == b"m-0" and first.headers["n"] == "0" and first.headers["Nats-Msg-Id"] == "egress:e-0"
+    assert first.headers["toymb.content_type"] == "text/plain" and first.headers["jmsbridge.hops"] == "1"
+
+
+def test_a_subject_no_stream_holds_stops_the_job_naming_it(nats_url: str, tmp_path: Path) -> None:
+    subject = unique("nostream")
+    routes = load_routes(write_routes(tmp_path / "routes.properties", [
+        "routes.js.predicate=msg.address==egress", f"routes.js.dest.nats.subject={subject}"]))
+    with pytest.raises(HardFailure, match=subject):
+        JetStreamSink(routes)
+
+
+def test_the_routes_file_refuses_unknown_nats_keys(tmp_path: Path) -> None:
+    with pytest.raises(RoutesError, match="nats.colour"):
+        load_routes(write_routes(tmp_path / "r.properties", ["nats.colour=red"]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_journal_job_sigkilled_three_times_during_jetstream_egress(
+        nats_client: NatsThread, stream: tuple[str, str], tmp_path: Path) -> None:
+    name, subject = stream
+    node = NodeProcess(tmp_path / "node").start()
+    total = 10_000
+    try:
+        for start in range(0, total, 1000):
+            batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
+                     for i in range(start, start + 1000)]
+            response = requests.post(f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60)
+            assert response.status_code == 201, response.text
+        routes = write_routes(tmp_path / "routes.properties", [
+            f"bridge.id={unique('js-crash')}", "routing.start=earliest",
+            "routes.out.predicate=msg.address==egress", f"routes.out.dest.nats.subject={subject}"])
+        log = tmp_path / "job.log"
+        db = node.data_dir / "toymb.db"
+        js = nats_client.nc.jetstream()
+
+        def in_stream() -> int:
+            return int(nats_client.call(js.stream_info(name)).state.messages)
+
+        job = start_job(tmp_path, db, routes, log)
+        kills = 0
+        try:
+            def progress() -> tuple[int, int]:
+                assert job.poll() is None, log.read_text()[-3000:]
+                return in_stream(), log.stat().st_size if log.exists() else 0
+
+            for threshold in (1500, 4000, 6500):
+                wait_progressing(lambda: in_stream() >= threshold, progress,  # noqa: B023
+                                 stall=STALL_S, what=f"{threshold} messages in JetStream")
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(30)
+                kills += 1
+                if in_stream() >= total:
+                    break
+                job = start_job(tmp_path, db, routes, log)
+            if job.poll() is not None:
+                job = start_job(tmp_path, db, routes, log)
+            wait_progressing(lambda: in_stream() >= total, progress, stall=STALL_S, interval=0.5,
+                             what="all messages in JetStream")
+            time.sleep(3)     # anything published twice and not deduplicated would show now
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGTERM)
+                try:
+                    job.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+    finally:
+        node.stop()
+    assert kills == 3
+    assert in_stream() == total
+
+    async def ns() -> list[str]:
+        return [(await js.get_msg(name, seq)).headers["n"] for seq in range(1, total + 1)]
+
+    counts = Counter(nats_client.call(ns(), timeout=300))
+    assert len(counts) == total and set(counts.values()) == {1}
