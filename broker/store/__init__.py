@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cluster import ClusterStore
+from .dialects import normalize_url
 from .group_tables import NEVER_MS, Subscriber, now_ms
 from .groups import AssignPolicy, GroupStore
 from .journal import JournalStore
@@ -36,7 +37,7 @@ from .protocols import (
     JournalRepository,
     MessageStore,
 )
-from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, normalize_url, open_engine
+from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, open_engine
 
 __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository", "GivenId",
            "GroupRepository", "JournalRepository", "MemoryStore", "MessageStore", "Repositories", "Store",

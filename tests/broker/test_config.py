@@ -39,7 +39,7 @@ def test_nothing_set_means_sqlite_under_data() -> None:
     ("", {"TOYMB_DEFAULT_PARTITIONS": "0"}, "must be positive"),
     ("", {"TOYMB_FETCH_MAX_BYTES": "0"}, "must be positive"),
     ("fetch.max.bytes=4MB\n", {}, "bad value '4MB' for fetch_max_bytes"),
-    ("", {"TOYMB_DATABASE_URL": "mysql://x"}, "sqlite:// or postgresql://"),
+    ("", {"TOYMB_DATABASE_URL": "oracle://x"}, "sqlite://, postgresql:// or mysql://"),
     ("just a line\n", {}, "expected key=value"),
 ])
 def test_bad_settings_are_clear_errors(tmp_path: Path, text: str, env: dict[str, str], fragment: str) -> None:
