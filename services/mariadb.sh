@@ -2,7 +2,8 @@
 # Private MariaDB server (Debian's mariadb-server, 10.11) for toymb tests.
 #   services/mariadb.sh start|stop|stop --kill|kill|restart|status|logs|url|sql [ARGS...]
 # Port: 127.0.0.1:13306 (TOYMB_MARIADB_PORT), user "toymb" without a password from 127.0.0.1 with
-# every privilege (the tests create a database per xdist worker), databases "toymb" and "toymb_test".
+# every privilege, grants included (the tests create a database per xdist worker, and a user to
+# cut off in an outage), databases "toymb" and "toymb_test".
 # The OS user root administers it through the socket in the state dir (unix_socket auth).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init mariadb
@@ -87,7 +88,7 @@ sql_root() {
 ensure_databases() {
     local db
     sql_root -e "CREATE USER IF NOT EXISTS '$MY_USER'@'$MY_HOST';
-                 GRANT ALL PRIVILEGES ON *.* TO '$MY_USER'@'$MY_HOST';" \
+                 GRANT ALL PRIVILEGES ON *.* TO '$MY_USER'@'$MY_HOST' WITH GRANT OPTION;" \
         || die "could not create the user $MY_USER"
     for db in "${MY_DATABASES[@]}"; do
         if [[ -z "$(sql_root -e "SHOW DATABASES LIKE '$db'")" ]]; then

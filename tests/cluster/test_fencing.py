@@ -110,19 +110,20 @@ def test_a_node_whose_own_lease_lapsed_neither_serves_nor_appends(app: Flask) ->
     assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 2)]
 
 
-@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("store_url", ["postgresql", "mariadb"], indirect=True)
 def test_a_claim_whose_commit_failed_is_not_believed_and_the_next_publish_claims_again(app: Flask) -> None:
     """Issue 13, item 11: the first claim's transaction fails; the next publish must not hear
     ``not_owner ... claimed by None`` until a reload, but claim the topic again and succeed."""
     client = app.test_client()
+    app.extensions["toymb"].topic("orders", create=True)  # created, not claimed: no append yet
     # The node's own engine settings (on MariaDB: ANSI quotes, READ COMMITTED), without its pool.
     engine = open_engine(app.extensions["toymb"].store.url, pooled=False)
     try:
         # Another session really holds a lock the append needs: the fence's claim (an UPDATE of
-        # toymb_topics) goes through, then the INSERT of the message waits, and the transaction
-        # fails at the fence's lock_timeout (the node lease, 1 s here).
+        # toymb_topics) goes through, then moving the partition's next offset waits for the row,
+        # and the transaction fails at the fence's lock timeout (the node lease, 1 s here).
         with engine.begin() as blocker:
-            blocker.execute(text("LOCK TABLE toymb_messages IN SHARE MODE"))
+            blocker.execute(text("SELECT next_offset FROM toymb_partitions WHERE topic = 'orders' FOR UPDATE"))
             failed = client.post("/v1/topics/orders/messages", json={"id": "m0", "key": "k", "body": 0})
             assert failed.status_code == 503, failed.get_data(as_text=True)
             assert failed.headers.get("Retry-After")
