@@ -4,7 +4,8 @@
 # Port: 127.0.0.1:13306 (TOYMB_MARIADB_PORT), user "toymb" without a password from 127.0.0.1 with
 # every privilege, grants included (the tests create a database per xdist worker, and a user to
 # cut off in an outage), databases "toymb" and "toymb_test".
-# The OS user root administers it through the socket in the state dir (unix_socket auth).
+# The OS user that installed it administers it through the socket in the state dir (unix_socket auth:
+# mariadb-install-db makes root and that user such accounts); as root, the server runs as "mysql".
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init mariadb
 
@@ -27,11 +28,15 @@ SVC_NOT_READY="not ready"
 SVC_START_FAILED="mariadb did not accept connections on $MY_HOST:$MY_PORT"
 SVC_COMMANDS="url|sql"
 PID_MATCH="$MY_CNF"
+# mariadbd refuses to run as root: as root, it (and the datadir) belong to the OS user mysql.
+MY_RUN_AS=()
+[[ $(id -u) -ne 0 ]] || MY_RUN_AS=(--user=mysql)
 
 install() {
     [[ -x /usr/sbin/mariadbd && -x /usr/bin/mariadb-install-db ]] || apt_ensure mariadb-server mariadb-client
     [[ -x /usr/sbin/mariadbd ]] || die "/usr/sbin/mariadbd not found after install"
-    id mysql >/dev/null 2>&1 || die "OS user 'mysql' missing (should come with the mariadb-server package)"
+    [[ $(id -u) -ne 0 ]] || id mysql >/dev/null 2>&1 \
+        || die "OS user 'mysql' missing (should come with the mariadb-server package)"
 }
 
 # Only this file is read (--defaults-file): /etc/mysql's settings (port 3306, /run/mysqld) stay out.
@@ -76,13 +81,13 @@ init_datadir() {
     [[ -d "$MY_DATA/mysql" ]] && return 0
     log "mariadb-install-db $MY_DATA"
     rm -rf "$MY_DATA"
-    mariadb-install-db --defaults-file="$MY_CNF" --user=mysql --skip-test-db \
+    mariadb-install-db --defaults-file="$MY_CNF" "${MY_RUN_AS[@]}" --skip-test-db \
         >"$STATE_DIR/install-db.log" 2>&1 || { tail_log "$STATE_DIR/install-db.log"; die "mariadb-install-db failed"; }
 }
 
-# As the server's root, through the socket (the OS user root maps to it).
+# As the server's administrator, through the socket (the OS user maps to its own account).
 sql_root() {
-    mariadb --no-defaults -S "$MY_SOCKET" -u root --batch --skip-column-names "$@"
+    mariadb --no-defaults -S "$MY_SOCKET" -u "$(id -un)" --batch --skip-column-names "$@"
 }
 
 ensure_databases() {
@@ -99,7 +104,7 @@ ensure_databases() {
 }
 
 ping_server() {
-    mariadb-admin --no-defaults -S "$MY_SOCKET" -u root --connect-timeout=3 ping >/dev/null 2>&1
+    mariadb-admin --no-defaults -S "$MY_SOCKET" -u "$(id -un)" --connect-timeout=3 ping >/dev/null 2>&1
 }
 
 svc_ready() {
@@ -113,9 +118,7 @@ svc_prepare() { init_datadir; }
 svc_launch() {
     touch "$LOGFILE"
     [[ $(id -u) -eq 0 ]] && chown mysql:mysql "$LOGFILE"
-    local user=()
-    [[ $(id -u) -eq 0 ]] && user=(--user=mysql)
-    start_detached "$STATE_DIR/mariadbd.out" /usr/sbin/mariadbd --defaults-file="$MY_CNF" "${user[@]}"
+    start_detached "$STATE_DIR/mariadbd.out" /usr/sbin/mariadbd --defaults-file="$MY_CNF" "${MY_RUN_AS[@]}"
 }
 
 svc_after_ports() {
