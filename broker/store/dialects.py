@@ -23,9 +23,10 @@ from sqlalchemy.sql.dml import Insert
 MYSQL = ("mysql", "mariadb")
 
 # The PostgreSQL advisory lock that serialises schema creation (any constant: "toymb" in ASCII);
-# on MariaDB a named lock.
+# on MariaDB a named lock, followed by the database's name (its named locks are server-wide, and
+# the databases of other brokers, or of other test workers, need not wait for this one).
 _SCHEMA_LOCK_KEY = 0x746F796D62
-_SCHEMA_LOCK_NAME = "toymb_schema"
+_SCHEMA_LOCK_NAME = "toymb_schema."
 _SCHEMA_LOCK_WAIT_S = 60
 
 # ANSI_QUOTES: "partition" is an identifier, as everywhere else. STRICT_TRANS_TABLES: a value too
@@ -92,14 +93,15 @@ def schema_lock(conn: Connection) -> Iterator[None]:
     if not is_mysql(name):
         yield
         return
-    got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"),
-                       {"name": _SCHEMA_LOCK_NAME, "wait": _SCHEMA_LOCK_WAIT_S}).scalar()
+    # At most 64 characters, as MariaDB wants lock names.
+    lock = conn.execute(text("SELECT LEFT(CONCAT(:name, DATABASE()), 64)"), {"name": _SCHEMA_LOCK_NAME}).scalar()
+    got = conn.execute(text("SELECT GET_LOCK(:lock, :wait)"), {"lock": lock, "wait": _SCHEMA_LOCK_WAIT_S}).scalar()
     if got != 1:
-        raise TimeoutError(f"another process held the schema lock for {_SCHEMA_LOCK_WAIT_S}s")
+        raise TimeoutError(f"another process held the schema lock {lock} for {_SCHEMA_LOCK_WAIT_S}s")
     try:
         yield
     finally:
-        conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": _SCHEMA_LOCK_NAME})
+        conn.execute(text("SELECT RELEASE_LOCK(:lock)"), {"lock": lock})
 
 
 def lock_topic_row(conn: Connection, topic: str, lock_timeout_ms: int) -> Row[Any] | None:
