@@ -1,6 +1,6 @@
 """The store: every table and query of the broker, as typed repositories.
 
-Each repository is a contract in ``protocols.py`` with a SQL implementation (SQLite or PostgreSQL)
+Each repository is a contract in ``protocols.py`` with a SQL implementation (SQLite, PostgreSQL, MariaDB)
 and an in-memory twin (``memory://<name>``, one database per name in this process):
 
 - :class:`~broker.store.protocols.MessageStore`: topics, partitions, message rows and the writer's
@@ -46,7 +46,8 @@ __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "Assign
 
 
 def open_store(url: str) -> MessageStore:
-    """The message store at ``url``: ``memory://<name>``, ``sqlite:///<path>`` or ``postgresql://...``."""
+    """The message store at ``url``: ``memory://<name>``, ``sqlite:///<path>``, ``postgresql://...`` or
+    ``mysql://...`` (MariaDB)."""
     if url.startswith(MEMORY_SCHEME):
         return MemoryStore(url)
     return Store(url)
