@@ -295,8 +295,8 @@ def _validate(values: dict[str, Any]) -> None:
             raise ConfigError(f"enriching topic {item!r} is not topic=package.module:Class")
     url = values["database_url"]
     # memory://<name> keeps everything in the node's process: one node alone, gone when it stops.
-    if url and not url.startswith(("sqlite", "postgresql", "memory://")):
-        raise ConfigError(f"database_url must be sqlite:// or postgresql:// (or memory://<name> for a node "
-                          f"alone), got {url!r}")
+    if url and not url.startswith(("sqlite", "postgresql", "mysql", "mariadb", "memory://")):
+        raise ConfigError(f"database_url must be sqlite://, postgresql:// or mysql:// (MariaDB) (or memory://<name> "
+                          f"for a node alone), got {url!r}")
     if values["log_level"].upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {values['log_level']!r}")

@@ -69,7 +69,7 @@ def check_store(url: str) -> None:
     if url.startswith(MEMORY_SCHEME):
         raise UnsharedStore(f"the journal cannot read the store {url!r}: a memory:// store lives inside its "
                             "node's process and the journal reads from its own (Spark's); give the node and "
-                            "the journal a sqlite:// or postgresql:// database_url")
+                            "the journal a sqlite://, postgresql:// or mysql:// database_url")
 
 
 def _with_task_retries(master: str) -> str:

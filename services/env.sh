@@ -7,6 +7,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 pg_port="${TOYMB_PG_PORT:-15432}"
+mariadb_port="${TOYMB_MARIADB_PORT:-13306}"
 kafka_port="${TOYMB_KAFKA_PORT:-9092}"
 stomp_port="${TOYMB_AMQ_STOMP_PORT:-61613}"
 openwire_port="${TOYMB_AMQ_OPENWIRE_PORT:-61616}"
@@ -15,6 +16,7 @@ nats_port="${TOYMB_NATS_PORT:-4222}"
 emit() { printf 'export %s=%q\n' "$1" "$2"; }
 
 emit TOYMB_TEST_PG_URL "postgresql+psycopg://postgres@127.0.0.1:$pg_port/toymb"
+emit TOYMB_TEST_MARIADB_URL "mysql+pymysql://toymb@127.0.0.1:$mariadb_port/toymb"
 emit TOYMB_TEST_KAFKA "127.0.0.1:$kafka_port"
 emit TOYMB_TEST_STOMP "127.0.0.1:$stomp_port"
 emit TOYMB_TEST_OPENWIRE "tcp://127.0.0.1:$openwire_port"

@@ -51,7 +51,7 @@ def pg_available() -> bool:
 
 
 def reset_pg(url: str) -> None:
-    """Drop every toymb table, so a test starts from an empty database."""
+    """Drop every toymb table, so a test starts from an empty database (PostgreSQL or MariaDB)."""
     store = Store(url)
     store.drop_schema()
     store.dispose()
@@ -64,14 +64,45 @@ def pg_url(pg_available: bool) -> str:
     return PG_URL
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path, pg_available: bool) -> str:
-    """Each test using this runs once on SQLite and once on PostgreSQL."""
+# The MariaDB server's database (created by services/mariadb.sh); each xdist worker works in its own.
+SERVER_MARIADB_URL = os.environ.get("TOYMB_TEST_MARIADB_URL", "mysql+pymysql://toymb@127.0.0.1:13306/toymb_test")
+MARIADB_URL = SERVER_MARIADB_URL
+
+
+def _mariadb_available() -> bool:
+    global MARIADB_URL
+    try:
+        MARIADB_URL = own_database(SERVER_MARIADB_URL, worker_name("toymb_test"))
+        engine = create_engine(normalize_url(MARIADB_URL), connect_args={"connect_timeout": 2})
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.fixture(scope="session")
+def mariadb_available() -> bool:
+    return _mariadb_available()
+
+
+@pytest.fixture
+def mariadb_url(mariadb_available: bool) -> str:
+    """This xdist worker's own MariaDB database, emptied."""
+    need_service(mariadb_available, "MariaDB (services/mariadb.sh)")
+    reset_pg(MARIADB_URL)
+    return MARIADB_URL
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test using this runs once on SQLite, once on PostgreSQL and once on MariaDB."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'toymb.db'}"
-    need_service(pg_available, "PostgreSQL (services/postgres.sh)")
-    reset_pg(PG_URL)
-    return PG_URL
+    if request.param == "mariadb":
+        return str(request.getfixturevalue("mariadb_url"))
+    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -33,17 +33,20 @@ def worker_name(name: str) -> str:
     return f"{name}_{WORKER}" if WORKER else name
 
 
-def own_database(pg_url: str, database: str) -> str:
-    """The URL of ``database`` on ``pg_url``'s server, created if it does not exist yet."""
+def own_database(server_url: str, database: str) -> str:
+    """The URL of ``database`` on ``server_url``'s server (PostgreSQL or MariaDB), created if it does not exist yet."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
     from broker.store.sql import normalize_url
 
-    url = make_url(normalize_url(pg_url))
+    url = make_url(normalize_url(server_url))
     admin = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
     try:
         with admin.connect() as conn:
+            if admin.dialect.name in ("mysql", "mariadb"):
+                conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{database}` CHARACTER SET utf8mb4"))
+                return url.set(database=database).render_as_string(hide_password=False)
             exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": database}).first()
             if exists is None:
                 conn.execute(text(f'CREATE DATABASE "{database}"'))

@@ -3,7 +3,7 @@
 ``toymb_topics`` holds, per topic, the node that sequences it (``owner``) and the ``epoch`` it
 claimed it at. The appender calls :class:`Fence` inside its write transaction, which:
 
-1. locks the topic's row (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite has one writer anyway),
+1. locks the topic's row (``SELECT ... FOR UPDATE`` on PostgreSQL and MariaDB; SQLite has one writer anyway),
    so appends to one topic from different nodes are serialised and each sees the last commit;
 2. refuses (503 ``not_owner``) unless this node owns the topic now, by rendezvous over a live
    set loaded within its own lease;

@@ -1,6 +1,6 @@
 """The store: every table and query of the broker, as typed repositories.
 
-Each repository is a contract in ``protocols.py`` with a SQL implementation (SQLite or PostgreSQL)
+Each repository is a contract in ``protocols.py`` with a SQL implementation (SQLite, PostgreSQL, MariaDB)
 and an in-memory twin (``memory://<name>``, one database per name in this process):
 
 - :class:`~broker.store.protocols.MessageStore`: topics, partitions, message rows and the writer's
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cluster import ClusterStore
+from .dialects import normalize_url
 from .group_tables import NEVER_MS, Subscriber, now_ms
 from .groups import AssignPolicy, GroupStore
 from .journal import JournalStore
@@ -36,7 +37,7 @@ from .protocols import (
     JournalRepository,
     MessageStore,
 )
-from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, normalize_url, open_engine
+from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, open_engine
 
 __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository", "GivenId",
            "GroupRepository", "JournalRepository", "MemoryStore", "MessageStore", "Repositories", "Store",
@@ -45,7 +46,8 @@ __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "Assign
 
 
 def open_store(url: str) -> MessageStore:
-    """The message store at ``url``: ``memory://<name>``, ``sqlite:///<path>`` or ``postgresql://...``."""
+    """The message store at ``url``: ``memory://<name>``, ``sqlite:///<path>``, ``postgresql://...`` or
+    ``mysql://...`` (MariaDB)."""
     if url.startswith(MEMORY_SCHEME):
         return MemoryStore(url)
     return Store(url)

@@ -17,13 +17,9 @@ from typing import Any, Literal
 from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import IntegrityError
 
+from .dialects import now_sql
 from .schema import nodes, topics
 from .sql import Store
-
-_NOW_SQL = {
-    "postgresql": "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
-    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
-}
 
 # How a heartbeat reached the node's row: it updated it, inserted it, or lost an insert race and
 # updated it then (a second process with the same node id registered concurrently).
@@ -32,7 +28,7 @@ BeatOutcome = Literal["updated", "inserted", "raced"]
 
 def db_now_ms(conn: Connection) -> int:
     """The database server's clock in ms since the epoch (the one clock every node shares)."""
-    sql = _NOW_SQL.get(conn.dialect.name)
+    sql = now_sql(conn.dialect.name)
     if sql is None:
         return int(time.time() * 1000)
     return int(conn.execute(text(sql)).scalar_one())

@@ -2,7 +2,7 @@
 
 :class:`~broker.store.groups.GroupStore` holds every rule of consumer groups (who may join, how a
 rebalance runs, the fair windowed read) and stores through :class:`GroupTables`, which only keeps
-rows: :class:`~broker.store.sql_groups.SqlGroupTables` on SQLite or PostgreSQL and
+rows: :class:`~broker.store.sql_groups.SqlGroupTables` on SQLite, PostgreSQL or MariaDB and
 :class:`~broker.store.memory_groups.MemoryGroupTables` in memory. Each primitive is one
 transaction. The value types the groups' callers use (:class:`Subscriber`, :data:`NEVER_MS`,
 :func:`now_ms`) are defined here, below both sides of the seam.

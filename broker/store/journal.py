@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, case, delete, func, select
+from sqlalchemy import Engine, delete, func, select
 
+from .dialects import normalize_url, upsert_keep_larger
 from .schema import group_offsets, journal_offsets, message_ids, messages, partitions, subscribers
-from .sql import Store, normalize_url, open_engine
+from .sql import Store, open_engine
 
 # One contiguous run of offsets: (topic, partition, from offset, to offset exclusive).
 Range = tuple[str, int, int, int]
@@ -86,7 +87,7 @@ class JournalStore:
 
     @property
     def dialect(self) -> str:
-        """``sqlite`` or ``postgresql``."""
+        """``sqlite``, ``postgresql``, ``mariadb`` or ``mysql``."""
         return self._engine.dialect.name
 
     def dispose(self) -> None:
@@ -140,15 +141,7 @@ class JournalStore:
         rows = [{"topic": t, "partition": int(p), "next_offset": int(n)} for (t, p), n in offsets.items()]
         if not rows:
             return
-        if self.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        stmt = insert(journal_offsets)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["topic", "partition"],
-            set_={"next_offset": case((stmt.excluded.next_offset > journal_offsets.c.next_offset,
-                                       stmt.excluded.next_offset), else_=journal_offsets.c.next_offset)})
+        stmt = upsert_keep_larger(self.dialect, journal_offsets, ("topic", "partition"), "next_offset")
         with self._engine.begin() as conn:
             conn.execute(stmt, rows)
 

@@ -8,7 +8,7 @@
 
 Each one covers exactly what is used outside ``broker/store/``. One contract suite per repository
 (``tests/broker/test_store_contract.py``, ``tests/broker/test_*_contract.py``) runs over every
-implementation: memory, SQLite and PostgreSQL.
+implementation: memory, SQLite, PostgreSQL and MariaDB.
 """
 
 from __future__ import annotations

@@ -15,17 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from ..envelope import MessageRow, NewMessage
-from . import schema
+from . import dialects, schema
+from .dialects import normalize_url as normalize_url  # where callers have always found it
 from .schema import message_ids, messages, partitions, topics
 
 log = logging.getLogger(__name__)
-# The PostgreSQL advisory lock that serialises schema creation (any constant: "toymb" in ASCII).
-_SCHEMA_LOCK_KEY = 0x746F796D62
 
 _ID_CHUNK = 500
 
@@ -49,15 +48,8 @@ class TopicClaim:
     epoch: int
 
 
-def normalize_url(url: str) -> str:
-    """Make ``postgresql://`` use psycopg 3, the driver this project installs."""
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
-
 def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine:
-    """An engine with SQLite in WAL mode (full sync: an ack survives power loss), or PostgreSQL."""
+    """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
@@ -75,13 +67,14 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
             cursor.close()
 
         return engine
+    options = dialects.engine_options(url)
     if pooled:
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
-    return create_engine(url, poolclass=NullPool)
+        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **options)
+    return create_engine(url, poolclass=NullPool, **options)
 
 
 class Store:
-    """Topics, messages and end offsets in one SQL database (SQLite or PostgreSQL)."""
+    """Topics, messages and end offsets in one SQL database (SQLite, PostgreSQL or MariaDB)."""
 
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = normalize_url(url)
@@ -95,12 +88,7 @@ class Store:
         """Create missing tables; safe to call from several processes at once."""
         for attempt in range(5):
             try:
-                with self.engine.begin() as conn:
-                    if self.dialect == "postgresql":
-                        # Nodes of a cluster start together; without the lock two of them both see a
-                        # table missing and the second CREATE fails (DuplicateTable). DDL is
-                        # transactional there, so the lock holds until the tables are committed.
-                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+                with self.engine.begin() as conn, dialects.schema_lock(conn):
                     upgrading = inspect(conn).has_table(messages.name) and not inspect(conn).has_table(
                         message_ids.name)
                     schema.metadata.create_all(conn)
@@ -215,20 +203,10 @@ class AppendTransaction:
     def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None:
         """Lock ``topic``'s row until commit and read its claim; None when the topic does not exist.
 
-        On PostgreSQL the lock wait, and an idle transaction holding it, end after
-        ``lock_timeout_ms``: a frozen node must not hold a topic past its lease.
+        On PostgreSQL and MariaDB the lock wait, and an idle transaction holding it, end after
+        ``lock_timeout_ms`` (:func:`~broker.store.dialects.lock_topic_row`).
         """
-        conn = self._conn
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
-                              "set_config('idle_in_transaction_session_timeout', :t, true)"),
-                         {"t": f"{lock_timeout_ms}ms"})
-            row = conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
-                                       (topic,)).first()
-        else:
-            # Run by every commit: a plain statement skips SQLAlchemy's compile-cache look-up. SQLite has
-            # no FOR UPDATE (the write transaction is the lock).
-            row = conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = ?", (topic,)).first()
+        row = dialects.lock_topic_row(self._conn, topic, lock_timeout_ms)
         return None if row is None else TopicClaim(row.owner, int(row.epoch or 0))
 
     def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool:
@@ -263,7 +241,7 @@ class AppendTransaction:
         conn = self._conn
         if rows:
             conn.exec_driver_sql(
-                'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, body, '
+                'INSERT INTO toymb_messages (topic, "partition", "offset", id, "key", headers, content_type, body, '
                 f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
         if given_ids:
             conn.exec_driver_sql(

@@ -1,4 +1,4 @@
-"""Consumer groups' rows in SQL: :class:`~broker.store.group_tables.GroupTables` on SQLite or PostgreSQL.
+"""Consumer groups' rows in SQL: :class:`~broker.store.group_tables.GroupTables` on SQLite, PostgreSQL or MariaDB.
 
 Only storage: every rule (limits, conflicts, when to rebalance, the fair read) is in
 :class:`~broker.store.groups.GroupStore`. Each method is one transaction.

@@ -1,4 +1,4 @@
-"""Fixtures of the repository contract suites: each test runs on memory, SQLite and PostgreSQL.
+"""Fixtures of the repository contract suites: each test runs on memory, SQLite, PostgreSQL and MariaDB.
 
 The model is huey's ``StorageTests``: one suite per contract, run unchanged over every
 implementation, so the in-memory twins are held to exactly what SQL does.
@@ -18,16 +18,16 @@ from broker.partitioning import partition_for
 from broker.store import Repositories, Topic, open_repositories
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "mariadb"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each contract test runs on the in-memory twin, on SQLite and on PostgreSQL."""
+    """Each contract test runs on the in-memory twin, on SQLite, on PostgreSQL and on MariaDB."""
     if request.param == "memory":
         return f"memory://{tmp_path}"
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'toymb.db'}"
     # This xdist worker's own database, emptied (a name imported from conftest would be the
     # shared default, read before conftest gives each worker its own).
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("mariadb_url" if request.param == "mariadb" else "pg_url"))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 
 from broker.config import load
 from broker.errors import ConfigError
+from broker.store import normalize_url
 
 
 def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ def test_nothing_set_means_sqlite_under_data() -> None:
     ("", {"TOYMB_DEFAULT_PARTITIONS": "0"}, "must be positive"),
     ("", {"TOYMB_FETCH_MAX_BYTES": "0"}, "must be positive"),
     ("fetch.max.bytes=4MB\n", {}, "bad value '4MB' for fetch_max_bytes"),
-    ("", {"TOYMB_DATABASE_URL": "mysql://x"}, "sqlite:// or postgresql://"),
+    ("", {"TOYMB_DATABASE_URL": "oracle://x"}, "sqlite://, postgresql:// or mysql://"),
     ("just a line\n", {}, "expected key=value"),
 ])
 def test_bad_settings_are_clear_errors(tmp_path: Path, text: str, env: dict[str, str], fragment: str) -> None:
@@ -55,3 +56,14 @@ def test_serve_with_a_bad_setting_exits_with_a_message_not_a_traceback(tmp_path:
                             cwd=tmp_path, timeout=60)
     assert result.returncode != 0
     assert "max_body" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("given", "opened"), [
+    ("mysql://toymb@db:3306/toymb", "mysql+pymysql://toymb@db:3306/toymb"),
+    ("mariadb://toymb:secret@db/toymb", "mariadb+pymysql://toymb:secret@db/toymb"),
+    ("postgresql://u@db/toymb", "postgresql+psycopg://u@db/toymb"),
+    ("mysql+pymysql://toymb@db/toymb", "mysql+pymysql://toymb@db/toymb"),
+])
+def test_a_mariadb_or_postgresql_url_is_accepted_and_opened_with_the_installed_driver(given: str, opened: str) -> None:
+    settings = load(env={"TOYMB_DATABASE_URL": given})
+    assert normalize_url(settings.effective_database_url) == opened

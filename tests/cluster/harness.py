@@ -25,13 +25,13 @@ HEARTBEAT_MS = 300
 CLUSTER_DB = worker_name("toymb_cluster_test")
 
 
-def private_database(pg_url: str) -> str:
+def private_database(server_url: str) -> str:
     """A database of the cluster tests' own on the test server, emptied.
 
     Other test folders reset ``toymb_test`` whenever they start; nodes running for tens of
     seconds here must not have their tables dropped under them.
     """
-    own = own_database(pg_url, CLUSTER_DB)
+    own = own_database(server_url, CLUSTER_DB)
     store = Store(own)
     store.drop_schema()
     store.dispose()

@@ -1,4 +1,4 @@
-"""A 3-node cluster on PostgreSQL, as real processes on loopback: forwarding, failover, fencing."""
+"""A 3-node cluster on PostgreSQL and on MariaDB, as real processes on loopback: forwarding, failover, fencing."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 LEASE_S = LEASE_MS / 1000
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    nodes = Cluster(tmp_path, private_database(pg_url))
+@pytest.fixture(params=["postgresql", "mariadb"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    server: str = request.getfixturevalue("mariadb_url" if request.param == "mariadb" else "pg_url")
+    nodes = Cluster(tmp_path, private_database(server))
     try:
         yield nodes.start()
     finally:

@@ -1,4 +1,4 @@
-"""The epoch fence and the node's own lease, on a real store (SQLite and PostgreSQL).
+"""The epoch fence and the node's own lease, on a real store (SQLite, PostgreSQL and MariaDB).
 
 Another node's claim is made directly in SQL, exactly as that node's fence would write it, so
 the sequence (claim, write, stale owner tries to append) is deterministic.
@@ -11,22 +11,23 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from broker.app import create_app
 from broker.partitioning import partition_for
+from broker.store import open_engine
 from tests.cluster.harness import private_database
 from tests.support import wait_until
 
 FAST = {"node_lease_ms": 1000, "heartbeat_ms": 100, "node_name": "toymb-1"}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'toymb.db'}"
-    pg_url: str = request.getfixturevalue("pg_url")
-    return private_database(pg_url)
+    server: str = request.getfixturevalue("mariadb_url" if request.param == "mariadb" else "pg_url")
+    return private_database(server)
 
 
 @pytest.fixture
@@ -37,7 +38,8 @@ def app(tmp_path: Path, store_url: str) -> Iterator[Flask]:
 
 
 def _sql(app: Flask, statement: str, **params: object) -> list[tuple[object, ...]]:
-    engine = create_engine(app.extensions["toymb"].store.url)
+    # The node's own engine settings (on MariaDB: ANSI quotes, READ COMMITTED), without its pool.
+    engine = open_engine(app.extensions["toymb"].store.url, pooled=False)
     try:
         with engine.begin() as conn:
             result = conn.execute(text(statement), params)
@@ -56,7 +58,7 @@ def test_a_claim_by_another_node_fences_appends_until_ownership_is_rechecked(app
 
     # toymb-2 claims the topic (it believed toymb-1 dead) and appends one message.
     _sql(app, "UPDATE toymb_topics SET owner = 'toymb-2', epoch = 2 WHERE name = 'orders'")
-    _sql(app, 'INSERT INTO toymb_messages (topic, "partition", "offset", id, key, headers, content_type, '
+    _sql(app, 'INSERT INTO toymb_messages (topic, "partition", "offset", id, "key", headers, content_type, '
               "body, timestamp) VALUES ('orders', :p, 1, 'theirs', 'k', '{}', 'application/json', :b, 0)",
          p=partition, b=b"1")
     _sql(app, "UPDATE toymb_partitions SET next_offset = 2 WHERE topic = 'orders' AND \"partition\" = :p",
@@ -108,18 +110,20 @@ def test_a_node_whose_own_lease_lapsed_neither_serves_nor_appends(app: Flask) ->
     assert _sql(app, "SELECT owner, epoch FROM toymb_topics WHERE name = 'orders'") == [("toymb-1", 2)]
 
 
-@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("store_url", ["postgresql", "mariadb"], indirect=True)
 def test_a_claim_whose_commit_failed_is_not_believed_and_the_next_publish_claims_again(app: Flask) -> None:
     """Issue 13, item 11: the first claim's transaction fails; the next publish must not hear
     ``not_owner ... claimed by None`` until a reload, but claim the topic again and succeed."""
     client = app.test_client()
-    engine = create_engine(app.extensions["toymb"].store.url)
+    app.extensions["toymb"].topic("orders", create=True)  # created, not claimed: no append yet
+    # The node's own engine settings (on MariaDB: ANSI quotes, READ COMMITTED), without its pool.
+    engine = open_engine(app.extensions["toymb"].store.url, pooled=False)
     try:
         # Another session really holds a lock the append needs: the fence's claim (an UPDATE of
-        # toymb_topics) goes through, then the INSERT of the message waits, and the transaction
-        # fails at the fence's lock_timeout (the node lease, 1 s here).
+        # toymb_topics) goes through, then moving the partition's next offset waits for the row,
+        # and the transaction fails at the fence's lock timeout (the node lease, 1 s here).
         with engine.begin() as blocker:
-            blocker.execute(text("LOCK TABLE toymb_messages IN SHARE MODE"))
+            blocker.execute(text("SELECT next_offset FROM toymb_partitions WHERE topic = 'orders' FOR UPDATE"))
             failed = client.post("/v1/topics/orders/messages", json={"id": "m0", "key": "k", "body": 0})
             assert failed.status_code == 503, failed.get_data(as_text=True)
             assert failed.headers.get("Retry-After")

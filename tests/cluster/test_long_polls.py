@@ -24,9 +24,10 @@ WAIT_MS = 20_000
 THREADS = 16  # the harness's TOYMB_THREADS: at most THREADS // 2 polls wait on a node
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    nodes = Cluster(tmp_path, private_database(pg_url), {"TOYMB_THREADS": str(THREADS)})
+@pytest.fixture(params=["postgresql", "mariadb"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    server: str = request.getfixturevalue("mariadb_url" if request.param == "mariadb" else "pg_url")
+    nodes = Cluster(tmp_path, private_database(server), {"TOYMB_THREADS": str(THREADS)})
     try:
         yield nodes.start()
     finally:

@@ -1,4 +1,4 @@
-"""The journal over PostgreSQL (the cluster's store), and the CLI's error without Java."""
+"""The journal over PostgreSQL and MariaDB (the cluster's stores), and the CLI's error without Java."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from broker.store.journal import JournalStore
 from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
@@ -15,11 +17,14 @@ from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
 
 
-def test_journal_over_postgresql(spark: Any, pg_url: str, tmp_path: Path) -> None:
-    store = fill_store(pg_url, {"orders": (5, 2500), "audit": (2, 500)})
-    journal = JournalStore(pg_url, pooled=False)
+@pytest.mark.parametrize("server", ["pg_url", "mariadb_url"])
+def test_journal_over_a_database_server(spark: Any, request: pytest.FixtureRequest, server: str,
+                                        tmp_path: Path) -> None:
+    url: str = request.getfixturevalue(server)
+    store = fill_store(url, {"orders": (5, 2500), "audit": (2, 500)})
+    journal = JournalStore(url, pooled=False)
     sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", journal)
-    query = (spark.readStream.format("toymb").option("url", pg_url).option("max_rows", "1000").load()
+    query = (spark.readStream.format("toymb").option("url", url).option("max_rows", "1000").load()
              .transform(with_header_map).writeStream
              .option("checkpointLocation", str(tmp_path / "ck" / "parquet"))
              .foreachBatch(sink.write_batch).trigger(availableNow=True).start())

@@ -24,5 +24,5 @@ def test_journal_run_says_why_a_memory_store_cannot_be_journaled(tmp_path: Path)
     result = CliRunner().invoke(main, ["journal", "run", "--once", "--data-dir", str(tmp_path),
                                        "--database-url", "memory://node-1"], env={"TOYMB_JOURNAL_METRICS_PORT": "0"})
     assert result.exit_code == 1
-    assert "memory://" in result.output and "sqlite:// or postgresql://" in result.output
+    assert "memory://" in result.output and "sqlite://, postgresql:// or mysql://" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,14 +100,57 @@ def test_a_nul_character_is_a_400_naming_the_field(node_app: Flask, field: str) 
     assert "NUL" in r.get_json()["message"]
 
 
+def test_a_body_at_the_size_limit_and_four_byte_utf8_fields_come_back_exactly(node_app: Flask) -> None:
+    """MariaDB's defaults would cut or refuse these: BLOB holds 64 KiB, "utf8" stops at three bytes,
+    and its usual collations make "A" and "a " the same id. Every store gives them back as sent."""
+    client = node_app.test_client()
+    limit = node_app.extensions["toymb"].settings.max_body
+    body = bytes(range(256)) * (limit // 256) + bytes(limit % 256)
+    assert len(body) == limit
+    emoji = "\U0001F600\U0001F9EA\u00e9\u4e2d"
+    sent = [
+        {"id": emoji * 64, "key": "k" + emoji, "content_type": "application/octet-stream",
+         "body_base64": base64.b64encode(body).decode(), "headers": {"h" + emoji: "v" + emoji * 2000}},
+        {"id": "a", "key": emoji, "body": "lower"},
+        {"id": "A", "key": emoji, "body": "upper"},
+        {"id": "a ", "key": emoji, "body": "trailing space"},
+    ]
+    for message in sent:
+        r = client.post("/v1/topics/exact/messages", json=message)
+        assert r.status_code == 201, r.get_data(as_text=True)[:300]
+    too_big = client.post("/v1/topics/exact/messages", json={
+        "body_base64": base64.b64encode(body + b"x").decode(), "content_type": "application/octet-stream"})
+    assert too_big.status_code == 413, too_big.get_data(as_text=True)[:300]
+    sid = _pull(client, "exact")
+    got: dict[str, Any] = {}
+    for _ in range(10):
+        r = client.get(f"/v1/topics/exact/groups/g/messages?subscriber={sid}&max=10")
+        assert r.status_code == 200
+        got.update({m["id"]: m for m in r.get_json()["messages"]})
+        if len(got) == len(sent):
+            break
+    assert sorted(got) == sorted(m["id"] for m in sent)
+    first = got[emoji * 64]
+    assert base64.b64decode(first["body_base64"]) == body
+    assert first["key"] == "k" + emoji and first["headers"] == {"h" + emoji: "v" + emoji * 2000}
+    assert [got[i]["body"] for i in ("a", "A", "a ")] == ["lower", "upper", "trailing space"]
+
+
 def test_a_nul_through_sendmessage_is_a_400(node_app: Flask) -> None:
     r = node_app.test_client().post("/sendmessage", json={"topicName": "t", "key": "a\u0000", "body": "x"})
     assert r.status_code == 400, r.get_data(as_text=True)
 
 
-def test_one_request_the_store_refuses_does_not_fail_the_others_in_its_group_commit(pg_url: str) -> None:
-    """PostgreSQL refuses NUL in text; a row that got past validation fails only its own request."""
-    store = Store(pg_url)
+# What each database refuses that validation would have caught: PostgreSQL a NUL in text, MariaDB
+# (which stores NUL) an id longer than its column.
+REFUSED_IDS = {"pg_url": "evil\u0000", "mariadb_url": "evil" + "!" * 256}
+
+
+@pytest.mark.parametrize("server", sorted(REFUSED_IDS))
+def test_one_request_the_store_refuses_does_not_fail_the_others_in_its_group_commit(
+        request: pytest.FixtureRequest, server: str) -> None:
+    """A row that got past validation and that the database refuses fails only its own request."""
+    store = Store(request.getfixturevalue(server))
     store.create_schema()
     topic, _ = store.ensure_topic("shared", 4)
     appender = Appender(store)
@@ -118,7 +162,8 @@ def test_one_request_the_store_refuses_does_not_fail_the_others_in_its_group_com
         except Exception as exc:  # noqa: BLE001 - recorded and asserted on below
             outcomes[msg_id] = exc
 
-    ids = [f"honest-{i}" for i in range(6)] + ["evil\u0000"]
+    evil = REFUSED_IDS[server]
+    ids = [f"honest-{i}" for i in range(6)] + [evil]
     threads = [threading.Thread(target=publish, args=(i,)) for i in ids]
     for thread in threads:
         thread.start()
@@ -129,7 +174,7 @@ def test_one_request_the_store_refuses_does_not_fail_the_others_in_its_group_com
     for thread in threads:
         thread.join(30)
     appender.stop()
-    assert isinstance(outcomes["evil\u0000"], BadRequest)
+    assert isinstance(outcomes[evil], BadRequest)
     for msg_id in ids[:-1]:
         assert not isinstance(outcomes[msg_id], Exception), outcomes[msg_id]
     assert store.count_messages() == 6
@@ -189,31 +234,73 @@ def test_a_consume_token_cannot_create_a_topic_by_subscribing(secure: FlaskClien
     assert r.status_code == 201
 
 
-def test_a_store_outage_is_a_503_with_retry_after(pg_url: str, tmp_path: Path) -> None:
-    """The node's database refuses connections (as in an outage) while the node runs."""
+@contextmanager
+def _pg_outage(server_url: str) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A database of its own on ``server_url``'s PostgreSQL, and how to refuse its connections."""
     database = worker_name("toymb_outage")
-    url = own_database(pg_url, database)
-    app = create_app({"data_dir": str(tmp_path), "database_url": url})
-    admin = create_engine(make_url(normalize_url(pg_url)), isolation_level="AUTOCOMMIT")
-    client = app.test_client()
-    try:
-        sid = _pull(client, "t")
+    url = own_database(server_url, database)
+    admin = create_engine(make_url(normalize_url(server_url)), isolation_level="AUTOCOMMIT")
+
+    def cut() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false'))
             conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :d"),
                          {"d": database})
-        for method, path in (("GET", "/v1/topics"), ("GET", "/v1/topics/t"),
-                             ("POST", f"/v1/subscribers/{sid}/heartbeat"),
-                             ("GET", f"/v1/topics/t/groups/g/messages?subscriber={sid}"),
-                             ("GET", "/v1/topics/t/groups/g")):
-            r = client.open(path, method=method)
-            assert r.status_code == 503, (method, path, r.status_code, r.get_data(as_text=True))
-            assert r.headers["Retry-After"] == "1" and r.get_json()["error"] in ("unavailable", "not_owner")
+    try:
+        yield url, cut
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
-        app.extensions["toymb"].stop()
         admin.dispose()
+
+
+@contextmanager
+def _mariadb_outage(server_url: str) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A database and a user of their own on ``server_url``'s MariaDB, and how to cut the user off
+    (its account locked, its connections killed)."""
+    database = user = worker_name("toymb_outage")
+    url = make_url(own_database(server_url, database)).set(username=user)
+    admin = create_engine(make_url(normalize_url(server_url)), isolation_level="AUTOCOMMIT")
+    account = f"'{user}'@'127.0.0.1'"
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE USER IF NOT EXISTS {account}"))
+        conn.execute(text(f"GRANT ALL PRIVILEGES ON `{database}`.* TO {account}"))
+        conn.execute(text(f"ALTER USER {account} ACCOUNT UNLOCK"))
+
+    def cut() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f"ALTER USER {account} ACCOUNT LOCK"))
+            for (pid,) in conn.execute(text("SELECT id FROM information_schema.processlist WHERE user = :u"),
+                                       {"u": user}).all():
+                conn.execute(text(f"KILL CONNECTION {int(pid)}"))
+    try:
+        yield url.render_as_string(hide_password=False), cut
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"ALTER USER {account} ACCOUNT UNLOCK"))
+        admin.dispose()
+
+
+@pytest.mark.parametrize("server", ["pg_url", "mariadb_url"])
+def test_a_store_outage_is_a_503_with_retry_after(request: pytest.FixtureRequest, server: str,
+                                                  tmp_path: Path) -> None:
+    """The node's database refuses connections (as in an outage) while the node runs."""
+    outage = _pg_outage if server == "pg_url" else _mariadb_outage
+    with outage(request.getfixturevalue(server)) as (url, cut):
+        app = create_app({"data_dir": str(tmp_path), "database_url": url})
+        client = app.test_client()
+        try:
+            sid = _pull(client, "t")
+            cut()
+            for method, path in (("GET", "/v1/topics"), ("GET", "/v1/topics/t"),
+                                 ("POST", f"/v1/subscribers/{sid}/heartbeat"),
+                                 ("GET", f"/v1/topics/t/groups/g/messages?subscriber={sid}"),
+                                 ("GET", "/v1/topics/t/groups/g")):
+                r = client.open(path, method=method)
+                assert r.status_code == 503, (method, path, r.status_code, r.get_data(as_text=True))
+                assert r.headers["Retry-After"] == "1" and r.get_json()["error"] in ("unavailable", "not_owner")
+        finally:
+            app.extensions["toymb"].stop()
 
 
 def test_a_lone_surrogate_stored_as_bytes_is_pushed_as_base64_and_the_partition_moves(tmp_path: Path) -> None:

@@ -1,0 +1,166 @@
+"""What differs between the SQL databases the store runs on (SQLite, PostgreSQL, MariaDB/MySQL), in one place.
+
+Everything else in ``broker/store`` writes one statement for all of them. That holds because:
+
+- raw SQL quotes identifiers with double quotes (``"partition"``, ``"offset"``, ``"key"``), and
+  a MariaDB connection runs with ``ANSI_QUOTES`` in its ``sql_mode`` (:func:`engine_options`);
+- every database runs at READ COMMITTED (PostgreSQL's default; SQLite has one writer): after the
+  writer locks a topic's row, its next statements see what the previous owner committed;
+- the few statements that cannot be shared are here: the clock, the schema creation lock, the
+  topic row lock with its timeouts, and the journal's upsert.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Row, Table, case, text
+from sqlalchemy.sql.dml import Insert
+
+MYSQL = ("mysql", "mariadb")
+
+# The PostgreSQL advisory lock that serialises schema creation (any constant: "toymb" in ASCII);
+# on MariaDB a named lock, followed by the database's name (its named locks are server-wide, and
+# the databases of other brokers, or of other test workers, need not wait for this one).
+_SCHEMA_LOCK_KEY = 0x746F796D62
+_SCHEMA_LOCK_NAME = "toymb_schema."
+_SCHEMA_LOCK_WAIT_S = 60
+
+# ANSI_QUOTES: "partition" is an identifier, as everywhere else. STRICT_TRANS_TABLES: a value too
+# long for its column is an error (400), never silently cut, even on a server configured without it.
+_MYSQL_INIT = ("SET SESSION sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), "
+               "'ANSI_QUOTES', 'STRICT_TRANS_TABLES')")
+
+_NOW_SQL = {
+    "postgresql": "SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint",
+    "sqlite": "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+    # SYSDATE, not NOW: the time the statement runs, as clock_timestamp() (NOW is fixed per statement
+    # anyway; SYSDATE also ignores a session's SET TIMESTAMP).
+    "mysql": "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
+    "mariadb": "SELECT CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
+}
+
+
+def is_mysql(dialect_name: str) -> bool:
+    """True for MariaDB and MySQL (SQLAlchemy names the dialect ``mariadb`` for ``mariadb://`` URLs)."""
+    return dialect_name in MYSQL
+
+
+def normalize_url(url: str) -> str:
+    """Name the drivers this project installs: psycopg 3 for PostgreSQL, PyMySQL for MariaDB/MySQL."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    driver = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg",
+              "mysql": "mysql+pymysql", "mariadb": "mariadb+pymysql"}.get(scheme)
+    return f"{driver}://{rest}" if driver else url
+
+
+def engine_options(url: str) -> dict[str, Any]:
+    """Extra ``create_engine`` arguments for the database of ``url`` (already normalised)."""
+    if not url.startswith(MYSQL):
+        return {}
+    # utf8mb4: four-byte UTF-8 (emoji) in headers and keys; MariaDB's "utf8" stops at three bytes.
+    return {"isolation_level": "READ COMMITTED",
+            "connect_args": {"charset": "utf8mb4", "init_command": _MYSQL_INIT},
+            # The server closes connections idle for wait_timeout (8 h by default); pre-ping would
+            # notice, recycling avoids the failed ping.
+            "pool_recycle": 3600}
+
+
+def now_sql(dialect_name: str) -> str | None:
+    """The statement that reads the database server's clock in ms since the epoch, if it has one."""
+    return _NOW_SQL.get(dialect_name)
+
+
+@contextmanager
+def schema_lock(conn: Connection) -> Iterator[None]:
+    """Hold the database-wide lock of schema creation while the block runs (inside ``conn``'s transaction).
+
+    Nodes of a cluster start together; without the lock two of them both see a table missing and
+    the second CREATE fails. PostgreSQL's DDL is transactional, so its lock holds until the
+    tables are committed; MariaDB commits each DDL statement at once, so its named lock is simply
+    held until the block ends. SQLite's write transaction is the lock.
+    """
+    name = conn.dialect.name
+    if name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+        yield
+        return
+    if not is_mysql(name):
+        yield
+        return
+    # At most 64 characters, as MariaDB wants lock names.
+    lock = conn.execute(text("SELECT LEFT(CONCAT(:name, DATABASE()), 64)"), {"name": _SCHEMA_LOCK_NAME}).scalar()
+    got = conn.execute(text("SELECT GET_LOCK(:lock, :wait)"), {"lock": lock, "wait": _SCHEMA_LOCK_WAIT_S}).scalar()
+    if got != 1:
+        raise TimeoutError(f"another process held the schema lock {lock} for {_SCHEMA_LOCK_WAIT_S}s")
+    try:
+        yield
+    finally:
+        conn.execute(text("SELECT RELEASE_LOCK(:lock)"), {"lock": lock})
+
+
+def lock_topic_row(conn: Connection, topic: str, lock_timeout_ms: int) -> Row[Any] | None:
+    """Lock ``topic``'s row of ``toymb_topics`` until commit and read ``owner, epoch``.
+
+    Where the database allows it, the lock wait, and a transaction that holds the lock and then
+    goes idle (its node frozen), end after ``lock_timeout_ms``: a frozen node must not hold a
+    topic past its lease. Run by every commit of the writer, so the statements are plain ones
+    (no trip through SQLAlchemy's compile cache).
+    """
+    name = conn.dialect.name
+    if name == "postgresql":
+        conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
+                          "set_config('idle_in_transaction_session_timeout', :t, true)"),
+                     {"t": f"{lock_timeout_ms}ms"})
+        return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
+                                    (topic,)).first()
+    if is_mysql(name):
+        _mysql_lock_timeouts(conn, lock_timeout_ms)
+        return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
+                                    (topic,)).first()
+    # SQLite has no FOR UPDATE: the write transaction is the lock.
+    return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = ?", (topic,)).first()
+
+
+def _mysql_lock_timeouts(conn: Connection, lock_timeout_ms: int) -> None:
+    """Set the lock wait and idle transaction timeouts (whole seconds, at least 1) of this session.
+
+    MariaDB has no transaction-local settings, so they stay on the session, and so on the pooled
+    connection; they are set again only when they change (``info`` lives as long as the connection).
+    Both are bounds a healthy transaction never reaches. MySQL has no idle transaction timeout.
+    """
+    seconds = max(1, math.ceil(lock_timeout_ms / 1000))
+    info = conn.connection.info
+    if info.get("toymb_lock_timeout_s") == seconds:
+        return
+    idle = f", SESSION idle_transaction_timeout = {seconds}" if getattr(conn.dialect, "is_mariadb", False) else ""
+    conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}{idle}")
+    info["toymb_lock_timeout_s"] = seconds
+
+
+def upsert_keep_larger(dialect_name: str, table: Table, keys: Sequence[str], column: str) -> Insert:
+    """``INSERT`` into ``table`` that, for a row whose ``keys`` exist already, keeps the larger ``column``."""
+    current = table.c[column]
+
+    def larger(given: Any) -> Any:
+        return case((given > current, given), else_=current)
+
+    if is_mysql(dialect_name):
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        stmt = mysql_insert(table)
+        return stmt.on_duplicate_key_update({column: larger(stmt.inserted[column])})
+    if dialect_name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        pg = pg_insert(table)
+        return pg.on_conflict_do_update(index_elements=list(keys), set_={column: larger(pg.excluded[column])})
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    lite = sqlite_insert(table)
+    return lite.on_conflict_do_update(index_elements=list(keys), set_={column: larger(lite.excluded[column])})
