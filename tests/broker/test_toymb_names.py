@@ -48,6 +48,11 @@ def test_toymb_compose_variables_and_their_relaxed_forms_are_read() -> None:
      "postgresql://mb@db:5432/toymb"),
     ({"spring.datasource.url": "jdbc:postgresql://db:5432/toymb", "TOYMB_DATABASE_URL": "sqlite:///mine.db"},
      "sqlite:///mine.db"),
+    ({"spring.datasource.url": "jdbc:mysql://mysql:3306/toymb?useSSL=false&serverTimezone=UTC",
+      "spring.datasource.username": "root", "spring.datasource.password": "secret",
+      "spring.datasource.driver-class-name": "com.mysql.cj.jdbc.Driver"}, "mysql://root:secret@mysql:3306/toymb"),
+    ({"spring.datasource.url": "jdbc:mariadb://db/toymb", "spring.datasource.username": "mb"},
+     "mariadb://mb@db/toymb"),
 ])
 def test_jdbc_urls_become_store_urls(keys: dict[str, str], url: str) -> None:
     assert load(env=keys).database_url == url
@@ -81,21 +86,26 @@ def test_spring_keys_in_the_properties_file_and_jpa_accepted_with_one_warning(
     assert "spring.jpa.open.in.view" in warnings[0], "the relaxed form from the environment is named too"
 
 
-@pytest.fixture
-def toymb_style_node(tmp_path: Path, pg_url: str) -> Iterator[tuple[str, str, str]]:
-    """A node started only with ToyMB's compose-file variables, its database on the test PostgreSQL."""
+@pytest.fixture(params=["postgresql", "mariadb"])
+def toymb_style_node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """A node started only with ToyMB's compose-file variables: a jdbc:postgresql:// URL at the test
+    PostgreSQL, or a jdbc:mysql:// URL (ToyMB's own compose file) at the test MariaDB."""
+    store_url = str(request.getfixturevalue("pg_url" if request.param == "postgresql" else "mariadb_url"))
     port = free_port()
-    parts = urlsplit(pg_url.replace("postgresql+psycopg://", "postgresql://"))
+    parts = urlsplit(store_url.split("+", 1)[0] + "://" + store_url.split("://", 1)[1])
+    jdbc = "jdbc:postgresql" if request.param == "postgresql" else "jdbc:mysql"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
     env.update({"node.name": "toymb-legacy", "server.port": str(port), "topics": "orders",
-                "spring.datasource.url": f"jdbc:postgresql://{parts.hostname}:{parts.port}{parts.path}",
-                "spring.datasource.username": parts.username or "", "spring.jpa.hibernate.ddl-auto": "update",
-                "TOYMB_DATA_DIR": str(tmp_path)})
+                "spring.datasource.url": f"{jdbc}://{parts.hostname}:{parts.port}{parts.path}?useSSL=false",
+                "spring.datasource.username": parts.username or "",
+                "spring.datasource.driver-class-name": "org.postgresql.Driver" if request.param == "postgresql"
+                else "com.mysql.cj.jdbc.Driver",
+                "spring.jpa.hibernate.ddl-auto": "update", "TOYMB_DATA_DIR": str(tmp_path)})
     log = open(tmp_path / "node.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "broker", "serve"], env=env, cwd=tmp_path, stdout=log,
                             stderr=subprocess.STDOUT)
     try:
-        yield f"http://127.0.0.1:{port}", pg_url, str(tmp_path / "node.log")
+        yield f"http://127.0.0.1:{port}", store_url, str(tmp_path / "node.log")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -104,7 +114,7 @@ def toymb_style_node(tmp_path: Path, pg_url: str) -> Iterator[tuple[str, str, st
 
 def test_a_node_started_with_toymbs_compose_variables_uses_that_name_port_and_database(
         toymb_style_node: tuple[str, str, str]) -> None:
-    url, pg_url, log = toymb_style_node
+    url, store_url, log = toymb_style_node
 
     def up() -> bool:
         try:
@@ -119,7 +129,7 @@ def test_a_node_started_with_toymbs_compose_variables_uses_that_name_port_and_da
                                                      "body": "hello", "requestor": None}, timeout=10).text == "ack"
     from broker.store import Store
 
-    store = Store(pg_url)
+    store = Store(store_url)
     try:
         assert store.count_messages("orders") == 1, "the message is in the database the JDBC URL named"
     finally:
