@@ -157,6 +157,14 @@ class Bridge:
                 "last_error": self.last_error, "counts": counts, "parameters": self.config.describe()}
 
     # shared helpers -------------------------------------------------------------------------
+    async def _consume_source_queue(self, handler: Callable[[Frame], None]) -> str:
+        """Subscribe ``handler`` to the source JMS queue with client acknowledgements; returns the id.
+
+        The prefetch is the in-flight cap: ActiveMQ sends no more until acknowledgements free slots.
+        """
+        return await self.rt.jms.subscribe(f"/queue/{self.config.source}", handler, ack="client-individual",
+                                           headers={"activemq.prefetchSize": str(self.config.max_in_flight)})
+
     def _decode_failed(self, exc: DecodeError) -> None:
         self.rt.metrics.decode_errors.labels(self.name, exc.reason).inc()
         self.rt.metrics.received_errors.labels(self.name).inc()
@@ -310,10 +318,7 @@ class JmsToNatsRequestReply(Bridge):
         await super().start()
 
     async def _subscribe(self) -> None:
-        # The prefetch is the in-flight cap: ActiveMQ sends no more until replies free slots.
-        self._sub = await self.rt.jms.subscribe(
-            f"/queue/{self.config.source}", self._on_request, ack="client-individual",
-            headers={"activemq.prefetchSize": str(self.config.max_in_flight)})
+        self._sub = await self._consume_source_queue(self._on_request)
 
     async def _unsubscribe(self) -> None:
         if self._sub is not None:

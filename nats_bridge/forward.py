@@ -56,9 +56,7 @@ class JmsToNatsForward(Bridge):
     async def _subscribe(self) -> None:
         if self._worker is None or self._worker.done():
             self._worker = self._supervise(self._work, "forward")
-        self._sub = await self.rt.jms.subscribe(
-            f"/queue/{self.config.source}", self._queue.put_nowait, ack="client-individual",
-            headers={"activemq.prefetchSize": str(self.config.max_in_flight)})
+        self._sub = await self._consume_source_queue(self._queue.put_nowait)
 
     async def _unsubscribe(self) -> None:
         if self._sub is not None:
@@ -120,6 +118,32 @@ class JmsToNatsForward(Bridge):
             log.info("%s: ack not sent (%s); ActiveMQ will redeliver", self.name, exc)
 
 
+async def pull_subscription(bridge: Bridge, key: str) -> tuple[str, Any]:
+    """A durable pull subscription on ``bridge``'s source subject, and the stream that holds it.
+
+    Raises:
+        NatsConfigError: no stream holds the subject (``key`` names the setting in the message).
+    """
+    js = bridge.rt.nc.jetstream()
+    try:
+        stream = await js.find_stream_name_by_subject(bridge.config.source)
+    except NotFoundError:
+        raise NatsConfigError(f"nats-bridge.{bridge.name}.{key}: no JetStream stream holds the subject "
+                              f"{bridge.config.source}") from None
+    # A message a crashed bridge fetched but never acknowledged comes again after ACK_WAIT_S.
+    sub = await js.pull_subscribe(bridge.config.source, durable=bridge.config.jetstream_durable, stream=stream,
+                                  config=ConsumerConfig(ack_wait=ACK_WAIT_S))
+    return stream, sub
+
+
+async def release(puller: asyncio.Task[None] | None, sub: Any) -> None:
+    """Stop a bridge's puller and drop its subscription (a pull one's fetch inbox: the durable stays)."""
+    if puller is not None:
+        puller.cancel()
+    if sub is not None:
+        await sub.unsubscribe()
+
+
 class NatsToJmsForward(Bridge):
     """NATS subject (queue group) or JetStream durable -> JMS queue, sent with a receipt."""
 
@@ -133,25 +157,12 @@ class NatsToJmsForward(Bridge):
             self._sub = await self.rt.nc.subscribe(self.config.source, queue=self.config.queue_group or "",
                                                    cb=self._on_message)
             return
-        js = self.rt.nc.jetstream()
-        try:
-            stream = await js.find_stream_name_by_subject(self.config.source)
-        except NotFoundError:
-            raise NatsConfigError(f"nats-bridge.{self.name}.source.jetstream.durable: no JetStream stream "
-                                  f"holds the subject {self.config.source}") from None
-        # A message a crashed bridge fetched but never acknowledged comes again after ACK_WAIT_S.
-        self._sub = await js.pull_subscribe(self.config.source, durable=self.config.jetstream_durable,
-                                            stream=stream, config=ConsumerConfig(ack_wait=ACK_WAIT_S))
+        _, self._sub = await pull_subscription(self, "source.jetstream.durable")
         self._puller = self._supervise(self._pull, "pull")
 
     async def _unsubscribe(self) -> None:
-        if self._puller is not None:
-            self._puller.cancel()
-            self._puller = None
-        if self._sub is not None:
-            # For a pull subscription this drops only the fetch inbox; the durable consumer stays.
-            await self._sub.unsubscribe()
-            self._sub = None
+        puller, sub, self._puller, self._sub = self._puller, self._sub, None, None
+        await release(puller, sub)
 
     async def _on_message(self, msg: Msg) -> None:
         await self._forward(msg)

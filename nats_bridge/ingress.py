@@ -21,9 +21,7 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import ConsumerConfig
 from nats.js.errors import Error as JetStreamError
-from nats.js.errors import NotFoundError
 
 from driver import Template
 from driver.errors import HTTPStatusError, ToyMBError
@@ -31,8 +29,8 @@ from journal_spark.routes import HOPS_HEADER, MAX_HOPS, ORIGIN_HEADER, DataError
 
 from .bridge import Bridge, Runtime
 from .config import BridgeConfig
-from .errors import DecodeError, NatsConfigError
-from .forward import ACK_WAIT_S, BATCH, RETRY_INITIAL_S, _backoff
+from .errors import DecodeError
+from .forward import BATCH, RETRY_INITIAL_S, _backoff, pull_subscription, release
 from .mapping import from_nats
 
 log = logging.getLogger(__name__)
@@ -56,23 +54,12 @@ class JetStreamIngress(Bridge):
         self.broker = Template(config.broker_url, token=config.token)
 
     async def _subscribe(self) -> None:
-        js = self.rt.nc.jetstream()
-        try:
-            self._stream = await js.find_stream_name_by_subject(self.config.source)
-        except NotFoundError:
-            raise NatsConfigError(f"nats-bridge.{self.name}.source.nats.subject: no JetStream stream holds "
-                                  f"the subject {self.config.source}") from None
-        self._sub = await js.pull_subscribe(self.config.source, durable=self.config.jetstream_durable,
-                                            stream=self._stream, config=ConsumerConfig(ack_wait=ACK_WAIT_S))
+        self._stream, self._sub = await pull_subscription(self, "source.nats.subject")
         self._puller = self._supervise(self._pull, "ingress")
 
     async def _unsubscribe(self) -> None:
-        if self._puller is not None:
-            self._puller.cancel()
-            self._puller = None
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
+        puller, sub, self._puller, self._sub = self._puller, self._sub, None, None
+        await release(puller, sub)
 
     def convert(self, msg: Msg) -> dict[str, Any] | None:
         """The broker message for ``msg``; None when loop prevention drops it.

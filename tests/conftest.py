@@ -32,17 +32,24 @@ SERVER_PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgr
 PG_URL = SERVER_PG_URL
 
 
-def _pg_available() -> bool:
-    global PG_URL
+def _worker_database(server_url: str) -> str | None:
+    """This xdist worker's own database on the server of ``server_url``, or None when it cannot be reached."""
     try:
-        PG_URL = own_database(SERVER_PG_URL, worker_name("toymb_test"))
-        engine = create_engine(normalize_url(PG_URL), connect_args={"connect_timeout": 2})
+        url = own_database(server_url, worker_name("toymb_test"))
+        engine = create_engine(normalize_url(url), connect_args={"connect_timeout": 2})
         with engine.connect() as conn:
             conn.execute(text("select 1"))
         engine.dispose()
-        return True
+        return url
     except Exception:  # noqa: BLE001
-        return False
+        return None
+
+
+def _pg_available() -> bool:
+    global PG_URL
+    url = _worker_database(SERVER_PG_URL)
+    PG_URL = url or PG_URL
+    return url is not None
 
 
 @pytest.fixture(scope="session")
@@ -71,15 +78,9 @@ MARIADB_URL = SERVER_MARIADB_URL
 
 def _mariadb_available() -> bool:
     global MARIADB_URL
-    try:
-        MARIADB_URL = own_database(SERVER_MARIADB_URL, worker_name("toymb_test"))
-        engine = create_engine(normalize_url(MARIADB_URL), connect_args={"connect_timeout": 2})
-        with engine.connect() as conn:
-            conn.execute(text("select 1"))
-        engine.dispose()
-        return True
-    except Exception:  # noqa: BLE001
-        return False
+    url = _worker_database(SERVER_MARIADB_URL)
+    MARIADB_URL = url or MARIADB_URL
+    return url is not None
 
 
 @pytest.fixture(scope="session")

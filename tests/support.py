@@ -127,7 +127,36 @@ def wait_progressing(predicate: Any, progress: Any, *, stall: float, interval: f
         time.sleep(interval)
 
 
-class NodeProcess:
+class ChildProcess:
+    """A process a test started, logging to ``log_path``: its log's tail, a crash, a clean stop."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path
+    stop_timeout_s = 15.0
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited after ``stop_timeout_s``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class NodeProcess(ChildProcess):
     """A real ``toymb serve`` process on a loopback port."""
 
     def __init__(self, data_dir: Path, *, port: int | None = None, name: str = "toymb-1",
@@ -168,29 +197,9 @@ class NodeProcess:
 
         wait_until(ready, timeout=timeout, what=f"node {self.name} ready")
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def __enter__(self) -> NodeProcess:
         return self.start()

@@ -10,7 +10,6 @@ import asyncio
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ import nats
 import pytest
 import requests
 
-from tests.support import need_service, port_open, wait_until
+from tests.support import ChildProcess, need_service, port_open, wait_until
 
 HERE = Path(__file__).resolve().parent
 REFERENCE = ("io.nats.bridge", "nats-jms-bridge-message", "1.0.4")
@@ -95,8 +94,10 @@ def write_routes(path: Path, lines: list[str]) -> Path:
     return path
 
 
-class BridgeProcess:
+class BridgeProcess(ChildProcess):
     """A real ``toymb bridge nats`` process, with its management API on a free port."""
+
+    stop_timeout_s = 30.0
 
     def __init__(self, routes: Path, log_dir: Path) -> None:
         self.routes = routes
@@ -149,25 +150,6 @@ class BridgeProcess:
                 return float(line.rsplit(" ", 1)[1])
         raise AssertionError(f"no sample {name} for {bridge} in /metrics")
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture
