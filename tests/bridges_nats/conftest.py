@@ -202,12 +202,17 @@ class JavaService:
         self.proc = subprocess.Popen([*java_jms, "serve", OPENWIRE_URL, queue, str(count)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
+        self.errors: list[str] = []
         self.ready = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        # Each pipe has one reader, its own thread: Popen.communicate would read stdout too, and
+        # take lines from under this reader (a test then saw an empty first line).
+        self.readers = [threading.Thread(target=self._read, daemon=True),
+                        threading.Thread(target=self._read_errors, daemon=True)]
+        for reader in self.readers:
+            reader.start()
         if not self.ready.wait(60):
             self.kill()
-            raise AssertionError(f"the Java service did not start: {self.lines}")
+            raise AssertionError(f"the Java service did not start: {self.lines} {self.errors}")
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -217,11 +222,16 @@ class JavaService:
             else:
                 self.lines.append(line.rstrip("\n"))
 
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        self.errors.extend(line.rstrip("\n") for line in self.proc.stderr)
+
     def communicate(self, timeout: float) -> tuple[str, str]:
         """Wait for the service to end; its output lines (after READY) and its stderr."""
-        _, err = self.proc.communicate(timeout=timeout)
-        self.reader.join(10)
-        return "\n".join(self.lines), err
+        self.proc.wait(timeout=timeout)
+        for reader in self.readers:
+            reader.join(10)
+        return "\n".join(self.lines), "\n".join(self.errors)
 
     @property
     def returncode(self) -> int | None:
