@@ -23,14 +23,18 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 # Each xdist worker takes ports from its own block below Linux's ephemeral range (32768+), so two
 # workers never pick the same port, and no outgoing connection's source port takes one either.
+# Checkouts that test side by side against the same service servers (git worktrees) set a lane of
+# their own: it goes into database names, and moves the port blocks.
+LANE = os.environ.get("TOYMB_TEST_LANE", "")
 PORT_BLOCK = 1000
-PORT_BASE = 20000
+PORT_BASE = int(os.environ.get("TOYMB_TEST_PORT_BASE", "20000"))
 _port_cursor = itertools.count()
 
 
 def worker_name(name: str) -> str:
     """``name`` made private to this pytest-xdist worker (unchanged in a plain run)."""
-    return f"{name}_{WORKER}" if WORKER else name
+    suffix = f"{LANE}{WORKER}"
+    return f"{name}_{suffix}" if suffix else name
 
 
 def own_database(server_url: str, database: str) -> str:
