@@ -193,6 +193,10 @@ class Store:
             return int(conn.execute(query).scalar_one())
 
 
+# The columns of a message row, in the order of :meth:`Store.row`.
+_MESSAGE_COLUMNS = 'topic, "partition", "offset", id, "key", headers, content_type, body, timestamp'
+
+
 class AppendTransaction:
     """The writer's view of one open transaction: fence the topics, then read ids and write rows."""
 
@@ -234,15 +238,24 @@ class AppendTransaction:
         """Insert message rows (from :meth:`Store.row`), index the publisher-given ids among them
         (``(topic, id, partition, offset)``), and move the partitions' next offsets.
 
-        It goes straight to the DBAPI's ``executemany``:
-        this is the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
+        It goes straight to the DBAPI (``COPY`` on PostgreSQL, ``executemany`` elsewhere): this is
+        the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
         """
-        mark = "?" if self._store.dialect == "sqlite" else "%s"
+        dialect = self._store.dialect
+        mark = "?" if dialect == "sqlite" else "%s"
         conn = self._conn
-        if rows:
-            conn.exec_driver_sql(
-                'INSERT INTO toymb_messages (topic, "partition", "offset", id, "key", headers, content_type, body, '
-                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
+        if rows and dialect == "postgresql":
+            # COPY: a third of executemany's CPU per row in the writer, and fewer round trips.
+            cursor = conn.connection.cursor()
+            try:
+                with cursor.copy(f"COPY toymb_messages ({_MESSAGE_COLUMNS}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            finally:
+                cursor.close()
+        elif rows:
+            conn.exec_driver_sql(f'INSERT INTO toymb_messages ({_MESSAGE_COLUMNS}) VALUES ({", ".join([mark] * 9)})',
+                                 rows)
         if given_ids:
             conn.exec_driver_sql(
                 f'INSERT INTO toymb_message_ids (topic, id, "partition", "offset") VALUES ({", ".join([mark] * 4)})',
