@@ -79,6 +79,7 @@ class Store:
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = normalize_url(url)
         self.engine = engine or open_engine(self.url)
+        self._writer: Engine | None = None
 
     @property
     def dialect(self) -> str:
@@ -119,6 +120,8 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._writer is not None:
+            self._writer.dispose()
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -155,8 +158,24 @@ class Store:
     @contextmanager
     def append_transaction(self) -> Iterator[AppendTransaction]:
         """One write transaction of the group-commit writer: committed when the block ends."""
-        with self.engine.begin() as conn:
+        with self._writer_engine().begin() as conn:
             yield AppendTransaction(self, conn)
+
+    def _writer_engine(self) -> Engine:
+        """The engine of the group-commit writer.
+
+        On a database server, the writer has a connection of its own, checked out without the
+        pool's ping: the ping was one more round trip in every commit. A connection the server
+        dropped fails the writer's first statement instead, before anything is written; SQLAlchemy
+        then replaces it, and the writer commits each waiting request again on its own (or answers
+        a lone one 503, which publishers retry).
+        """
+        if self.dialect == "sqlite":
+            return self.engine
+        if self._writer is None:
+            self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
+                                         **dialects.engine_options(self.url))
+        return self._writer
 
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
         """Next offset to be written, per partition."""
