@@ -11,7 +11,7 @@ chromium_ready() { command -v chromium >/dev/null 2>&1 && command -v chromedrive
 case "${1:-}" in
     start|install)
         # A font, or the screenshots show boxes (chromium only recommends one).
-        chromium_ready || apt_ensure chromium chromium-driver fonts-liberation
+        apt_ensure chromium chromium-driver fonts-liberation
         chromium_ready || die "chromium or chromedriver not found after install"
         log "ready: $(chromium --version 2>/dev/null | head -n1), $(chromedriver --version 2>/dev/null | head -n1)" ;;
     status)
