@@ -111,4 +111,8 @@ def bridge_action() -> Any:
     if not state().remotes.endpoints:
         raise NotFound("no bridge management address is configured (console_bridges)",
                        code="bridge_endpoint_not_found")
-    return jsonify(state().remotes.act(str(fields["endpoint"]), str(fields["bridge"]), str(fields["action"])))
+    console = state()
+    try:
+        return jsonify(console.remotes.act(str(fields["endpoint"]), str(fields["bridge"]), str(fields["action"])))
+    finally:
+        console.overviews.invalidate()  # the page's next look shows the bridge's new state

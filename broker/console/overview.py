@@ -154,3 +154,8 @@ class Overviews:
                 self._last = self._build()
                 self._at = time.monotonic()
             return self._last
+
+    def invalidate(self) -> None:
+        """Build anew at the next look (an action changed what it shows)."""
+        with self._lock:
+            self._last = None
