@@ -50,10 +50,10 @@ class ConsoleState:
 def state() -> ConsoleState:
     """The console state of the current app, made on first use."""
     with _lock:
-        found = current_app.extensions.get(EXTENSION)
+        found: ConsoleState | None = current_app.extensions.get(EXTENSION)
         if found is None:
             found = current_app.extensions[EXTENSION] = ConsoleState()
-        return found  # type: ignore[no-any-return]
+        return found
 
 
 def _secured(response: Response) -> Response:

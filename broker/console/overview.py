@@ -63,7 +63,7 @@ def topics_and_journal(node: Node) -> tuple[list[dict[str, Any]], dict[str, Any]
     end_totals = _sums(ends)
     suffix = node.settings.dlq_suffix
     topics = []
-    journal_rows = []
+    journal_rows: list[dict[str, Any]] = []
     for topic in shown:
         dlq = topic.name + suffix
         topics.append({"name": topic.name, "partitions": topic.partitions, "owner": node.router.owner_of(topic.name),
@@ -76,8 +76,8 @@ def topics_and_journal(node: Node) -> tuple[list[dict[str, Any]], dict[str, Any]
             lag += max(0, end - at)
         journal_rows.append({"topic": topic.name, "journaled": done, "end": end_totals.get(topic.name, 0),
                              "lag": lag})
-    journal = {"topics": journal_rows, "lag": sum(r["lag"] for r in journal_rows),
-               "journaled": sum(r["journaled"] for r in journal_rows)}
+    journal: dict[str, Any] = {"topics": journal_rows, "lag": sum(int(r["lag"]) for r in journal_rows),
+                               "journaled": sum(int(r["journaled"]) for r in journal_rows)}
     return topics, journal, truncated
 
 

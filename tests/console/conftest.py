@@ -44,7 +44,8 @@ class JmsIngressProcess:
         self.url = f"http://127.0.0.1:{port}"
         self.routes = base / "routes.properties"
         self.routes.write_text("\n".join([
-            "bridge.id=console-test", f"ingress.jms-in.jms.queue={self.queue}", f"ingress.jms-in.dest.topic={self.topic}",
+            "bridge.id=console-test", f"ingress.jms-in.jms.queue={self.queue}",
+            f"ingress.jms-in.dest.topic={self.topic}",
             f"ingress.jms-in.broker.url={broker_url}", f"ingress.jms-in.token={PUBLISHER}",
             "ingress.jms-in.max-batch-time=100"]) + "\n", encoding="utf-8")
         self.log_path = base / "jms-ingress.log"

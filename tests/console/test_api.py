@@ -46,7 +46,8 @@ def http_peer(handle: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]
         def do_GET(self) -> None:
             handle(self)
 
-        do_POST = do_GET
+        def do_POST(self) -> None:
+            handle(self)
 
         def log_message(self, *_args: Any) -> None:
             pass
