@@ -43,8 +43,9 @@ class ConsoleState:
     def __init__(self) -> None:
         n = node()
         self.tracker = ProgressTracker()
+        self.rosters = overview.Rosters()
         self.remotes = Remotes(n.settings.console_bridges, n.settings.console_journal_metrics)
-        self.overviews = overview.Overviews(lambda: overview.build(n, self.tracker, self.remotes))
+        self.overviews = overview.Overviews(lambda: overview.build(n, self.tracker, self.rosters, self.remotes))
 
 
 def state() -> ConsoleState:

@@ -12,12 +12,14 @@ and ``truncated`` says when something was left out. Rates are not computed here:
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFound
+from ..delivery.assignment import partitions_by_member
 from .progress import ProgressTracker
 
 if TYPE_CHECKING:
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
 
 MAX_TOPICS = 500
 MAX_GROUPS = 200
+MAX_PARTITIONS_SHOWN = 20   # per group: the stuck ones first, then the largest lag
+# Subscribers and assignments are re-read this often (lag and offsets at every look).
+ROSTER_S = 10.0
 # One overview serves every viewer for this long: ten open consoles cost the store one build.
 CACHE_S = 0.5
 
@@ -42,11 +47,22 @@ def cluster_section(node: Node) -> dict[str, Any]:
             "lease_fresh": node.membership.lease_fresh(), "live": sorted(m.name for m in view.live), "nodes": nodes}
 
 
-def _sums(ends: dict[tuple[str, int], int]) -> dict[str, int]:
+def _per_topic(ends: dict[tuple[str, int], int],
+               journaled: dict[tuple[str, int], int]) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """In one pass over the partitions: each topic's end offsets summed, and its [journaled, journal lag]."""
     totals: dict[str, int] = {}
-    for (topic, _), end in ends.items():
+    journal: dict[str, list[int]] = {}
+    for key, end in ends.items():
+        topic = key[0]
         totals[topic] = totals.get(topic, 0) + end
-    return totals
+        at = min(journaled.get(key, 0), end)
+        row = journal.get(topic)
+        if row is None:
+            journal[topic] = [at, end - at]
+        else:
+            row[0] += at
+            row[1] += end - at
+    return totals, journal
 
 
 def topics_and_journal(node: Node) -> tuple[list[dict[str, Any]], dict[str, Any], bool]:
@@ -55,71 +71,106 @@ def topics_and_journal(node: Node) -> tuple[list[dict[str, Any]], dict[str, Any]
     truncated = len(all_topics) > MAX_TOPICS
     shown = sorted(all_topics, key=lambda t: t.name)[:MAX_TOPICS]
     if node.journal is not None:
-        ends = node.journal.end_offsets()
-        journaled = node.journal.journaled_offsets()
-    else:  # a node built without the journal repository (tests): no journal section
-        ends = {(t.name, p): e for t in shown for p, e in node.store.end_offsets(t.name).items()}
-        journaled = {}
-    end_totals = _sums(ends)
+        ends, journaled = node.journal.end_offsets(), node.journal.journaled_offsets()
+    else:  # a node built without its journal repository: the journal section shows nothing journaled
+        ends, journaled = {(t.name, p): e for t in shown for p, e in node.store.end_offsets(t.name).items()}, {}
+    end_totals, journal_sums = _per_topic(ends, journaled)
     suffix = node.settings.dlq_suffix
     topics = []
     journal_rows: list[dict[str, Any]] = []
     for topic in shown:
         dlq = topic.name + suffix
+        end = end_totals.get(topic.name, 0)
         topics.append({"name": topic.name, "partitions": topic.partitions, "owner": node.router.owner_of(topic.name),
-                       "claimed_by": topic.owner, "epoch": topic.epoch, "end": end_totals.get(topic.name, 0),
+                       "claimed_by": topic.owner, "epoch": topic.epoch, "end": end,
                        "dlq": dlq if dlq in end_totals else None, "dlq_depth": end_totals.get(dlq, 0)})
-        done = lag = 0
-        for p in range(topic.partitions):
-            end, at = ends.get((topic.name, p), 0), journaled.get((topic.name, p), 0)
-            done += min(at, end)
-            lag += max(0, end - at)
-        journal_rows.append({"topic": topic.name, "journaled": done, "end": end_totals.get(topic.name, 0),
-                             "lag": lag})
+        done, lag = journal_sums.get(topic.name, (0, 0))
+        journal_rows.append({"topic": topic.name, "journaled": done, "end": end, "lag": lag})
     journal: dict[str, Any] = {"topics": journal_rows, "lag": sum(int(r["lag"]) for r in journal_rows),
                                "journaled": sum(int(r["journaled"]) for r in journal_rows)}
     return topics, journal, truncated
 
 
-def groups_section(node: Node, tracker: ProgressTracker, now_ms: int) -> tuple[list[dict[str, Any]], bool]:
-    """Every group: members, total lag, its lagging partitions (stuck ones flagged) and push state."""
+@dataclass(frozen=True)
+class Roster:
+    """A group's subscribers (with how many partitions each holds) and who holds which partition."""
+
+    subscribers: list[dict[str, Any]]
+    assignment: dict[int, str]
+
+
+class Rosters:
+    """Each group's subscribers and assignment, re-read at most every :data:`ROSTER_S`.
+
+    They change only when someone joins, leaves or loses a lease, while lag changes all the time:
+    reading them at every look would be most of the overview's cost (two queries per group).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at = -ROSTER_S
+        self._rosters: dict[tuple[str, str], Roster] = {}
+
+    def get(self, node: Node, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Roster]:
+        with self._lock:
+            stale = time.monotonic() - self._at >= ROSTER_S or any(p not in self._rosters for p in pairs)
+            if stale:
+                groups = node.delivery.groups
+                fresh: dict[tuple[str, str], Roster] = {}
+                for topic, group in pairs:
+                    assignment = groups.assignment(topic, group)
+                    held = partitions_by_member(assignment)
+                    subscribers = [{**m.to_json([]), "partitions": len(held.get(m.id, []))}
+                                   for m in groups.members(topic, group)]
+                    fresh[(topic, group)] = Roster(subscribers, assignment)
+                self._rosters, self._at = fresh, time.monotonic()
+            return self._rosters
+
+
+def groups_section(node: Node, tracker: ProgressTracker, rosters: Rosters,
+                   now_ms: int) -> tuple[list[dict[str, Any]], bool]:
+    """Every group: members, total lag, its lagging partitions (stuck ones first) and push state.
+
+    Every lagging partition of every group comes from one read (:meth:`GroupRepository.lagging`).
+    """
     delivery = node.delivery
     pairs = sorted(delivery.groups.all_groups())
     truncated = len(pairs) > MAX_GROUPS
+    pairs = pairs[:MAX_GROUPS]
+    behind = delivery.groups.lagging(pairs)
+    roster = rosters.get(node, pairs)
     push = delivery.dispatcher.push_state()
-    lagging: set[tuple[str, str, int]] = set()
+    looked: set[tuple[str, str]] = set()
     groups = []
-    for topic, group in pairs[:MAX_GROUPS]:
-        try:
-            described = delivery.describe(topic, group)
-        except NotFound:
-            continue  # left between the two reads
-        rows = []
-        for row in described["partitions"]:
-            if not row["lag"]:
-                tracker.observe((topic, group, row["partition"]), row["committed"], 0, now_ms)
-                continue
-            key = (topic, group, int(row["partition"]))
-            lagging.add(key)
-            progress = tracker.observe(key, int(row["committed"]), int(row["lag"]), now_ms)
-            rows.append({"partition": row["partition"], "committed": row["committed"], "end": row["end"],
-                         "lag": row["lag"], "subscriber": row["subscriber"], "stuck": progress.stuck,
-                         "idle_ms": progress.idle_ms, "growing": progress.growing})
-        rows.sort(key=lambda r: (not r["stuck"], -r["lag"]))
-        modes = sorted({s["mode"] for s in described["subscribers"]})
-        groups.append({"topic": topic, "group": group, "modes": modes, "subscribers": described["subscribers"],
-                       "total_lag": described["total_lag"], "stuck": sum(1 for r in rows if r["stuck"]),
-                       "lagging": rows, "push": push.get((topic, group)),
+    for topic, group in pairs:
+        members = roster.get((topic, group), Roster([], {}))
+        lagging = behind.get((topic, group), {})
+        idle = tracker.observe((topic, group), lagging, now_ms) if lagging else {}
+        if lagging:
+            looked.add((topic, group))
+        stuck = {p for p, (ms, _) in idle.items() if tracker.is_stuck(ms)}
+        # Stuck first, then the largest lag.
+        shown = heapq.nsmallest(MAX_PARTITIONS_SHOWN, lagging.items(),
+                                key=lambda item: (item[0] not in stuck, item[1][0] - item[1][1]))
+        rows = [{"partition": p, "committed": committed, "end": end, "lag": end - committed,
+                 "subscriber": members.assignment.get(p), "stuck": p in stuck,
+                 "idle_ms": idle.get(p, (0, False))[0], "growing": idle.get(p, (0, False))[1]}
+                for p, (committed, end) in shown]
+        groups.append({"topic": topic, "group": group, "modes": sorted({s["mode"] for s in members.subscribers}),
+                       "subscribers": members.subscribers,
+                       "total_lag": sum(end - committed for committed, end in lagging.values()),
+                       "stuck": len(stuck), "lagging_partitions": len(lagging), "lagging": rows,
+                       "push": push.get((topic, group)),
                        "dispatched_by": node.name if (topic, group) in push else None})
-    tracker.forget_except(lagging)
+    tracker.forget_except(looked)
     return groups, truncated
 
 
-def build(node: Node, tracker: ProgressTracker, remotes: Remotes) -> dict[str, Any]:
+def build(node: Node, tracker: ProgressTracker, rosters: Rosters, remotes: Remotes) -> dict[str, Any]:
     """The whole overview, for every topic (filter it per viewer with :func:`for_grant`)."""
     now_ms = int(time.time() * 1000)
     topics, journal, topics_cut = topics_and_journal(node)
-    groups, groups_cut = groups_section(node, tracker, now_ms)
+    groups, groups_cut = groups_section(node, tracker, rosters, now_ms)
     journal["health"] = remotes.journal()
     return {"node": node.name, "checked_ms": now_ms, "refresh_ms": node.settings.console_refresh_ms,
             "stuck_after_ms": tracker.stuck_after_ms, "cluster": cluster_section(node), "topics": topics,

@@ -2,37 +2,23 @@
 
 A partition of a group is *stuck* when it has lag and its committed offset has not moved for
 :data:`STUCK_AFTER_MS`. The tracker remembers, per (topic, group, partition) with lag, the
-committed offset it last saw and since when; it learns only when an overview is built (someone
-looks), so it costs nothing while nobody watches. Partitions without lag are forgotten at once,
-and the memory is capped at :data:`MAX_TRACKED` entries.
+committed offset it last saw, since when, and the lag then; it learns only when an overview is
+built (someone looks), so it costs nothing while nobody watches. Partitions without lag are
+forgotten at once, and the memory is capped at :data:`MAX_TRACKED` partitions.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 # A consumer that has not committed for this long while messages wait is shown as stuck.
 STUCK_AFTER_MS = 10_000
 MAX_TRACKED = 50_000
 
-Key = tuple[str, str, int]
-
-
-@dataclass(slots=True)
-class _Seen:
-    committed: int
-    since_ms: int
-    lag: int  # the lag when the committed offset last moved
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the tracker says about one partition of a group."""
-
-    stuck: bool
-    idle_ms: int      # how long its committed offset has not moved while it had lag
-    growing: bool     # the lag is larger than when the offset last moved
+Group = tuple[str, str]
+# partition -> [committed offset, since when it has been that (ms), the lag then]
+_Seen = dict[int, list[int]]
 
 
 class ProgressTracker:
@@ -41,29 +27,42 @@ class ProgressTracker:
     def __init__(self, stuck_after_ms: int = STUCK_AFTER_MS, max_tracked: int = MAX_TRACKED) -> None:
         self.stuck_after_ms = stuck_after_ms
         self.max_tracked = max_tracked
-        self._seen: dict[Key, _Seen] = {}
+        self._groups: dict[Group, _Seen] = {}
+        self._count = 0
         self._lock = threading.Lock()
 
-    def observe(self, key: Key, committed: int, lag: int, now_ms: int) -> Progress:
-        """Record one look at a partition; a partition without lag is forgotten."""
-        with self._lock:
-            if lag <= 0:
-                self._seen.pop(key, None)
-                return Progress(False, 0, False)
-            seen = self._seen.get(key)
-            if seen is None or seen.committed != committed:
-                if seen is None and len(self._seen) >= self.max_tracked:
-                    return Progress(False, 0, False)  # full: this one is not watched until room frees up
-                self._seen[key] = _Seen(committed, now_ms, lag)
-                return Progress(False, 0, False)
-            idle = max(0, now_ms - seen.since_ms)
-            return Progress(idle >= self.stuck_after_ms, idle, lag > seen.lag)
+    def observe(self, group: Group, behind: Mapping[int, tuple[int, int]], now_ms: int) -> dict[int, tuple[int, bool]]:
+        """Record one look at a group's lagging partitions (partition -> (committed, end)).
 
-    def forget_except(self, keys: set[Key]) -> None:
-        """Drop what is not in ``keys`` (groups or partitions that went away)."""
+        Returns, for each of them that has not moved since an earlier look, how long it has been
+        idle (ms) and whether its lag grew meanwhile. Partitions not in ``behind`` are forgotten.
+        """
+        idle: dict[int, tuple[int, bool]] = {}
         with self._lock:
-            for key in [k for k in self._seen if k not in keys]:
-                del self._seen[key]
+            before = self._groups.pop(group, {})
+            self._count -= len(before)
+            seen: _Seen = {}
+            for p, (committed, end) in behind.items():
+                lag = end - committed
+                last = before.get(p)
+                if last is not None and last[0] == committed:
+                    seen[p] = last
+                    idle[p] = (max(0, now_ms - last[1]), lag > last[2])
+                elif self._count + len(seen) < self.max_tracked:
+                    seen[p] = [committed, now_ms, lag]
+            if seen:
+                self._groups[group] = seen
+                self._count += len(seen)
+        return idle
+
+    def is_stuck(self, idle_ms: int) -> bool:
+        return idle_ms >= self.stuck_after_ms
+
+    def forget_except(self, groups: set[Group]) -> None:
+        """Drop the groups not in ``groups`` (gone, or caught up)."""
+        with self._lock:
+            for group in [g for g in self._groups if g not in groups]:
+                self._count -= len(self._groups.pop(group))
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return self._count

@@ -68,7 +68,7 @@ def render(o: dict[str, Any], before: dict[str, Any] | None = None) -> str:
         (f"{g['topic']}/{g['group']}", ",".join(g["modes"]) or "none", g["total_lag"], g["stuck"] or "",
          _push(g), " ".join(f"p{p['partition']}={p['lag']}{'!' if p['stuck'] else ''}"
                             for p in g["lagging"][:MAX_LAGGING_SHOWN])
-         + (f" +{len(g['lagging']) - MAX_LAGGING_SHOWN}" if len(g["lagging"]) > MAX_LAGGING_SHOWN else ""))
+         + (f" +{g['lagging_partitions'] - MAX_LAGGING_SHOWN}" if g["lagging_partitions"] > MAX_LAGGING_SHOWN else ""))
         for g in o["groups"]])
     j = o["journal"]
     health = j.get("health")

@@ -239,17 +239,17 @@ def test_journal_health_from_the_journal_jobs_metrics_server(tmp_path: Path) -> 
 
 
 def test_stuck_means_lag_without_progress_for_a_while() -> None:
-    tracker = ProgressTracker(stuck_after_ms=1000, max_tracked=2)
-    key = ("t", "g", 0)
-    assert not tracker.observe(key, committed=5, lag=3, now_ms=0).stuck
-    assert not tracker.observe(key, committed=5, lag=4, now_ms=999).stuck
-    later = tracker.observe(key, committed=5, lag=9, now_ms=1000)
-    assert later.stuck and later.growing and later.idle_ms == 1000
-    assert not tracker.observe(key, committed=6, lag=9, now_ms=1500).stuck     # progress resets it
-    assert not tracker.observe(key, committed=6, lag=0, now_ms=5000).stuck     # caught up: forgotten
+    tracker = ProgressTracker(stuck_after_ms=1000, max_tracked=3)
+    group = ("t", "g")
+    assert tracker.observe(group, {0: (5, 8)}, now_ms=0) == {}                  # first look: nothing known
+    assert tracker.observe(group, {0: (5, 9)}, now_ms=999) == {0: (999, True)}
+    assert not tracker.is_stuck(999)
+    idle, grew = tracker.observe(group, {0: (5, 14)}, now_ms=1000)[0]
+    assert tracker.is_stuck(idle) and grew
+    assert tracker.observe(group, {0: (6, 14)}, now_ms=1500) == {}              # progress resets it
+    assert tracker.observe(group, {}, now_ms=5000) == {} and len(tracker) == 0  # caught up: forgotten
+    tracker.observe(group, {p: (0, 1) for p in range(5)}, now_ms=0)            # the cap holds
+    assert len(tracker) == 3
+    tracker.observe(("t", "h"), {0: (0, 1)}, now_ms=0)
+    tracker.forget_except({("t", "h")})
     assert len(tracker) == 0
-    for p in range(5):                                                        # the cap holds
-        tracker.observe(("t", "g", p), 0, 1, 0)
-    assert len(tracker) == 2
-    tracker.forget_except({("t", "g", 0)})
-    assert len(tracker) == 1

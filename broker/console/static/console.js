@@ -153,14 +153,14 @@
     const stuck = groups.reduce((s, g) => s + g.stuck, 0);
     $("groups-summary").textContent = groups.length + " groups" + (truncated.groups ? "+ (first shown)" : "") + (stuck ? ", " + stuck + " stuck partitions" : "");
     fill("group-rows", groups.map((g) => {
-      const subs = g.subscribers.map((s) => s.mode + (s.url ? " " + s.url : "") + " [" + (s.partitions || []).length + " partitions]").join("; ");
+      const subs = g.subscribers.map((s) => s.mode + (s.url ? " " + s.url : "") + " [" + s.partitions + " partitions]").join("; ");
       const parts = el("span");
       for (const p of g.lagging.slice(0, 8)) {
         const badge = el("span", "p" + p.partition + ": " + n(p.lag) + (p.stuck ? " stuck " + age(p.idle_ms) : ""), p.stuck ? "badge stuck" : "badge");
         badge.title = "committed " + p.committed + ", end " + p.end + (p.subscriber ? ", held by " + p.subscriber : ", unassigned");
         parts.appendChild(badge);
       }
-      if (g.lagging.length > 8) { parts.appendChild(el("span", "+" + (g.lagging.length - 8) + " more", "muted")); }
+      if (g.lagging_partitions > 8) { parts.appendChild(el("span", "+" + (g.lagging_partitions - 8) + " more", "muted")); }
       const tr = row([g.topic + " / " + g.group, g.modes.join(", ") || "none", subs || "none", n(g.total_lag), g.stuck || "", pushText(g), parts],
         "group" + (g.stuck ? " stuck" : ""));
       tr.dataset.group = g.topic + "/" + g.group;
