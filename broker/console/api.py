@@ -18,6 +18,7 @@ from ..api.docs import body, errors, json_answer, obj, text_answer
 from ..api.routes import ADMIN, CONSUME, OPEN, RouteTable
 from ..errors import BadRequest, NotFound
 from . import overview
+from .peers import local_push_state
 from .progress import ProgressTracker
 from .remote import ACTIONS, Remotes
 
@@ -91,6 +92,16 @@ def style() -> Response:
 def overview_json() -> Response:
     whole = state().overviews.get()
     return jsonify(overview.for_grant(whole, g.get("toymb_grant")))
+
+
+@routes.add("GET", "/console/api/push", role=CONSUME,
+            summary="This node's push state: lanes failing or backing off, subscribers unreachable (the console "
+                    "asks every node)",
+            doc=lambda s: {"responses": {"200": json_answer(obj({"node": {"type": "string"},
+                                                                 "push": {"type": "array"}}, ("node", "push"))),
+                                         **errors()}})
+def push_json() -> Response:
+    return jsonify(node=node().name, push=local_push_state(node()))
 
 
 @routes.add("POST", "/console/api/bridges/action", role=ADMIN,

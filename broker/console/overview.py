@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..delivery.assignment import partitions_by_member
+from .peers import cluster_push_state
 from .progress import ProgressTracker
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ MAX_GROUPS = 200
 MAX_PARTITIONS_SHOWN = 20   # per group: the stuck ones first, then the largest lag
 # Subscribers and assignments are re-read this often (lag and offsets at every look).
 ROSTER_S = 10.0
+# (topic, group) -> (the node dispatching it, its push state)
+PushByGroup = dict[tuple[str, str], tuple[str, dict[str, Any]]]
 # One overview serves every viewer for this long: ten open consoles cost the store one build.
 CACHE_S = 0.5
 
@@ -127,7 +130,7 @@ class Rosters:
             return self._rosters
 
 
-def groups_section(node: Node, tracker: ProgressTracker, rosters: Rosters,
+def groups_section(node: Node, tracker: ProgressTracker, rosters: Rosters, push: PushByGroup,
                    now_ms: int) -> tuple[list[dict[str, Any]], bool]:
     """Every group: members, total lag, its lagging partitions (stuck ones first) and push state.
 
@@ -139,7 +142,6 @@ def groups_section(node: Node, tracker: ProgressTracker, rosters: Rosters,
     pairs = pairs[:MAX_GROUPS]
     behind = delivery.groups.lagging(pairs)
     roster = rosters.get(node, pairs)
-    push = delivery.dispatcher.push_state()
     looked: set[tuple[str, str]] = set()
     groups = []
     for topic, group in pairs:
@@ -160,8 +162,8 @@ def groups_section(node: Node, tracker: ProgressTracker, rosters: Rosters,
                        "subscribers": members.subscribers,
                        "total_lag": sum(end - committed for committed, end in lagging.values()),
                        "stuck": len(stuck), "lagging_partitions": len(lagging), "lagging": rows,
-                       "push": push.get((topic, group)),
-                       "dispatched_by": node.name if (topic, group) in push else None})
+                       "push": push[(topic, group)][1] if (topic, group) in push else None,
+                       "dispatched_by": push[(topic, group)][0] if (topic, group) in push else None})
     tracker.forget_except(looked)
     return groups, truncated
 
@@ -170,11 +172,12 @@ def build(node: Node, tracker: ProgressTracker, rosters: Rosters, remotes: Remot
     """The whole overview, for every topic (filter it per viewer with :func:`for_grant`)."""
     now_ms = int(time.time() * 1000)
     topics, journal, topics_cut = topics_and_journal(node)
-    groups, groups_cut = groups_section(node, tracker, rosters, now_ms)
+    push, peers = cluster_push_state(node, remotes)
+    groups, groups_cut = groups_section(node, tracker, rosters, push, now_ms)
     journal["health"] = remotes.journal()
     return {"node": node.name, "checked_ms": now_ms, "refresh_ms": node.settings.console_refresh_ms,
             "stuck_after_ms": tracker.stuck_after_ms, "cluster": cluster_section(node), "topics": topics,
-            "groups": groups, "journal": journal, "bridges": remotes.bridges(),
+            "groups": groups, "journal": journal, "bridges": remotes.bridges(), "peers": peers,
             "truncated": {"topics": topics_cut, "groups": groups_cut}}
 
 

@@ -120,9 +120,11 @@ class Remotes:
             self._local.session = session
         return session
 
-    def _call(self, method: str, url: str, timeout: float) -> tuple[int, bytes]:
+    def _call(self, method: str, url: str, timeout: float,
+              headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         try:
-            with self._session().request(method, url, timeout=timeout, stream=True, allow_redirects=False) as answer:
+            with self._session().request(method, url, timeout=timeout, stream=True, allow_redirects=False,
+                                         headers=headers) as answer:
                 body = answer.raw.read(MAX_ANSWER_BYTES + 1, decode_content=True)
                 if len(body) > MAX_ANSWER_BYTES:
                     raise RemoteError(f"answered more than {MAX_ANSWER_BYTES} bytes")
@@ -130,12 +132,21 @@ class Remotes:
         except requests.RequestException as exc:
             raise RemoteError(f"unreachable ({type(exc).__name__})") from None
 
-    def _json(self, method: str, url: str, timeout: float) -> tuple[int, Any]:
-        status, body = self._call(method, url, timeout)
+    def _json(self, method: str, url: str, timeout: float,
+              headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        status, body = self._call(method, url, timeout, headers)
         try:
             return status, json.loads(body)
         except (ValueError, RecursionError):
             raise RemoteError(f"answered {status} with a body that is not JSON") from None
+
+    def get_json(self, url: str, headers: dict[str, str], timeout: float) -> tuple[int, Any]:
+        """GET ``url`` (an address the caller vouches for): its status and JSON body, read with the caps.
+
+        Raises:
+            RemoteError: unreachable, too large, or not JSON.
+        """
+        return self._json("GET", url, timeout, headers)
 
     # -- bridges ----------------------------------------------------------------------------------
 

@@ -40,12 +40,12 @@ def _rates(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, floa
 def _push(group: dict[str, Any]) -> str:
     push = group.get("push")
     if not push:
-        return "owner" if "push" in group["modes"] else "-"
+        return "not dispatched" if "push" in group["modes"] else "-"
     parts = [f"{len(push['failing'])} failing" if push["failing"] else "",
              f"{len(push['backoff'])} backing off" if push["backoff"] else "",
              *(f"{sid[:8]} unreachable {s['unreachable_s']}s" for sid, s in push["subscribers"].items()
                if s["unreachable_s"] is not None)]
-    return ", ".join(p for p in parts if p) or "ok"
+    return f"{', '.join(p for p in parts if p) or 'ok'} ({group['dispatched_by']})"
 
 
 def render(o: dict[str, Any], before: dict[str, Any] | None = None) -> str:

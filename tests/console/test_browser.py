@@ -15,8 +15,9 @@ import pytest
 import requests
 
 from tests.bridges_jms.conftest import send_all
-from tests.cluster.harness import NAMES, Receiver
+from tests.cluster.harness import NAMES, Receiver, owner_name
 from tests.console.conftest import ADMIN, PUBLISHER, READER, ConsoleCluster, screenshot
+from tests.support import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -195,6 +196,34 @@ def test_journal_section_shows_store_offsets_and_the_jobs_health(console_cluster
     assert wait_page(browser, "the journal row", journal_row) == ["console.journal", "0", "7", "7"]
 
 
+def test_push_failures_on_another_node_show_on_this_ones_page(console_cluster: ConsoleCluster,
+                                                              browser: Any) -> None:
+    c = console_cluster
+    topic = "toymb-2"   # a topic named after a node is owned by it: toymb-2 dispatches, the page asks toymb-1
+    assert owner_name(topic) == "toymb-2"
+    dead = f"http://127.0.0.1:{free_port()}/push"   # nothing listens there
+    publish(c, topic, 3)
+    joined = c.api("POST", f"/v1/topics/{topic}/groups/mailer/subscribers", token=READER,
+                   json={"mode": "push", "url": dead, "start": "earliest"})
+    assert joined.status_code == 201, joined.text
+    sign_in(browser, c.url, READER)
+
+    def unreachable_shown() -> str | None:
+        for row in browser.find_elements("css selector", "#group-rows tr.group"):
+            if row.get_attribute("data-group") == f"{topic}/mailer":
+                cells = row.find_elements("tag name", "td")
+                return cells[5].text if "unreachable" in cells[5].text else None
+        return None
+
+    text = wait_page(browser, "the unreachable push subscriber", unreachable_shown)
+    assert "(on toymb-2)" in text
+    overview = c.api("GET", "/console/api/overview", token=READER).json()
+    group = next(g for g in overview["groups"] if (g["topic"], g["group"]) == (topic, "mailer"))
+    assert group["dispatched_by"] == "toymb-2" and group["total_lag"] == 3
+    assert all(p["ok"] for p in overview["peers"]) and {p["node"] for p in overview["peers"]} == {"toymb-2", "toymb-3"}
+    screenshot(browser, "push-unreachable-on-another-node")
+
+
 def test_pause_and_resume_the_jms_bridge_from_the_page(console_cluster: ConsoleCluster, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -232,16 +261,19 @@ def test_pause_and_resume_the_jms_bridge_from_the_page(console_cluster: ConsoleC
 
 
 def _click(driver: Any, key: str, action: str) -> None:
+    """Click the enabled ``action`` button of bridge ``key`` (found again if the page re-rendered it)."""
     from selenium.webdriver.common.by import By
 
-    def button() -> Any:
+    def clicked() -> bool:
         for row in driver.find_elements(By.CSS_SELECTOR, "#bridge-rows tr.bridge"):
             if row.get_attribute("data-bridge") == key:
                 found = row.find_element(By.CSS_SELECTOR, f"button[data-action='{action}']")
-                return found if found.is_enabled() else None
-        return None
+                if found.is_enabled():
+                    found.click()
+                    return True
+        return False
 
-    wait_page(driver, f"an enabled {action} button", button).click()
+    wait_page(driver, f"an enabled {action} button", clicked)
 
 
 def _end(c: ConsoleCluster, topic: str) -> int:

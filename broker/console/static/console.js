@@ -117,18 +117,20 @@
 
   function render(o) {
     $("node").textContent = "node " + o.node;
-    renderCluster(o.cluster, o.topics);
+    renderCluster(o.cluster, o.topics, o.peers || []);
     renderTopics(o.topics, rates(), o.truncated);
-    renderGroups(o.groups, o.stuck_after_ms, o.truncated);
+    renderGroups(o.groups, o.stuck_after_ms, o.truncated, o.node);
     renderJournal(o.journal);
     renderBridges(o.bridges);
     renderCharts();
   }
 
-  function renderCluster(c, topics) {
+  function renderCluster(c, topics, peers) {
     const owned = {};
     for (const t of topics) { owned[t.owner] = (owned[t.owner] || 0) + 1; }
-    $("cluster-summary").textContent = c.live.length + " live of " + c.nodes.length + ", answered by " + c.answered_by;
+    const silent = peers.filter((p) => !p.ok).map((p) => p.node + ": " + p.error);
+    $("cluster-summary").textContent = c.live.length + " live of " + c.nodes.length + ", answered by " + c.answered_by +
+      (silent.length ? "; push state unknown from " + silent.join("; ") : "");
     fill("nodes", c.nodes.map((x) => row([x.name, x.alive ? "alive" : "dead", age(x.lease_age_ms), owned[x.name] || 0, x.url],
       "node " + (x.alive ? "alive" : "dead"))), "no nodes registered");
   }
@@ -141,15 +143,16 @@
       t.dlq_depth ? "topic has-dlq" : "topic")), "no topics");
   }
 
-  function pushText(g) {
-    if (!g.push) { return g.modes.includes("push") ? "dispatched by the owner" : "–"; }
+  function pushText(g, here) {
+    if (!g.push) { return g.modes.includes("push") ? "not dispatched now" : "–"; }
     const failing = Object.keys(g.push.failing).length; const backoff = Object.keys(g.push.backoff).length;
-    const subs = Object.entries(g.push.subscribers).map(([sid, s]) => sid.slice(0, 8) + (s.unreachable_s !== null ? " unreachable " + s.unreachable_s + " s" : "") + (s.backoff_s ? " backoff " + s.backoff_s + " s" : ""));
-    if (!failing && !backoff && !subs.length) { return "ok"; }
-    return [failing ? failing + " failing" : "", backoff ? backoff + " backing off" : "", ...subs].filter(Boolean).join(", ");
+    const subs = Object.entries(g.push.subscribers).map(([sid, s]) => sid.slice(0, 8) + (s.unreachable_s !== null ? " unreachable " + s.unreachable_s + " s" : "") + (s.backoff_s ? " backoff " + s.backoff_s + " s" : "") + (s.dead_streak ? " " + s.dead_streak + " dead-lettered" : ""));
+    const where = g.dispatched_by && g.dispatched_by !== here ? " (on " + g.dispatched_by + ")" : "";
+    if (!failing && !backoff && !subs.length) { return "ok" + where; }
+    return [failing ? failing + " failing" : "", backoff ? backoff + " backing off" : "", ...subs].filter(Boolean).join(", ") + where;
   }
 
-  function renderGroups(groups, stuckAfter, truncated) {
+  function renderGroups(groups, stuckAfter, truncated, here) {
     const stuck = groups.reduce((s, g) => s + g.stuck, 0);
     $("groups-summary").textContent = groups.length + " groups" + (truncated.groups ? "+ (first shown)" : "") + (stuck ? ", " + stuck + " stuck partitions" : "");
     fill("group-rows", groups.map((g) => {
@@ -161,7 +164,7 @@
         parts.appendChild(badge);
       }
       if (g.lagging_partitions > 8) { parts.appendChild(el("span", "+" + (g.lagging_partitions - 8) + " more", "muted")); }
-      const tr = row([g.topic + " / " + g.group, g.modes.join(", ") || "none", subs || "none", n(g.total_lag), g.stuck || "", pushText(g), parts],
+      const tr = row([g.topic + " / " + g.group, g.modes.join(", ") || "none", subs || "none", n(g.total_lag), g.stuck || "", pushText(g, here), parts],
         "group" + (g.stuck ? " stuck" : ""));
       tr.dataset.group = g.topic + "/" + g.group;
       tr.dataset.lag = String(g.total_lag);
@@ -191,11 +194,18 @@
     button.disabled = true;
     call("POST", ACTION, { endpoint, bridge, action }).then(({ status, json }) => {
       $("bridge-error").textContent = status === 200 ? "" : action + " " + bridge + " refused (" + status + "): " + (json.message || "");
+      if (status !== 200) { button.disabled = false; }   // the rows stay as they are: the button must come back
       poll();
     }).catch((e) => { $("bridge-error").textContent = action + " failed: " + e.message; button.disabled = false; });
   }
 
+  let bridgesShown = null;
+
   function renderBridges(endpoints) {
+    // Unchanged: keep the rows (and their buttons) in place, so a click never lands on a row being replaced.
+    const signature = JSON.stringify(endpoints);
+    if (signature === bridgesShown) { return; }
+    bridgesShown = signature;
     const rows = [];
     for (const e of endpoints) {
       if (!e.reachable) { rows.push(row([e.endpoint, "", "unreachable", e.error || "", ""], "bridge unreachable")); continue; }
@@ -262,7 +272,7 @@
     }
   }
 
-  function start() { history = []; setStatus("connecting…"); poll(); }
+  function start() { history = []; bridgesShown = null; setStatus("connecting…"); poll(); }
 
   document.addEventListener("DOMContentLoaded", () => {
     $("token-form").addEventListener("submit", (ev) => {
@@ -272,7 +282,7 @@
       if (value) { sessionStorage.setItem(TOKEN_KEY, value); } else { sessionStorage.removeItem(TOKEN_KEY); }
       start();
     });
-    $("signout").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); history = []; showLogin(""); });
+    $("signout").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); history = []; bridgesShown = null; showLogin(""); });
     // A hidden tab does not poll: the node pays only for consoles someone looks at.
     document.addEventListener("visibilitychange", () => { if (document.hidden) { stop(); } else if (!$("main").hidden) { poll(); } });
     if (token()) { start(); } else { showLogin(""); }
