@@ -8,14 +8,16 @@ that header and a JSON body, never cookies, so another site cannot make a browse
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from flask import Response, current_app, g, jsonify
 
 from ..api import json_object, node
-from ..api.docs import body, errors, json_answer, obj, text_answer
+from ..api.docs import body, errors, json_answer, obj
 from ..api.routes import ADMIN, CONSUME, OPEN, RouteTable
+from ..config import Settings
 from ..errors import BadRequest, NotFound
 from . import overview
 from .peers import local_push_state
@@ -63,21 +65,25 @@ def _secured(response: Response) -> Response:
     return response
 
 
+def _file_answer(mimetype: str, description: str) -> Callable[[Settings], dict[str, Any]]:
+    return lambda s: {"responses": {"200": {"description": description,
+                                            "content": {mimetype: {"schema": {"type": "string"}}}}}}
+
+
 @routes.add("GET", "/console", role=OPEN, summary="The operator console page (it asks for a token)",
-            doc=lambda s: {"responses": {"200": {"description": "HTML page",
-                                                 "content": {"text/html": {"schema": {"type": "string"}}}}}})
+            doc=_file_answer("text/html", "HTML page"))
 def page() -> Response:
     return _secured(Response(_static("console.html"), mimetype="text/html"))
 
 
 @routes.add("GET", "/console/console.js", role=OPEN, summary="The console's script",
-            doc=lambda s: {"responses": {"200": text_answer("JavaScript")}})
+            doc=_file_answer(_FILES["console.js"], "JavaScript"))
 def script() -> Response:
     return _secured(Response(_static("console.js"), mimetype=_FILES["console.js"]))
 
 
 @routes.add("GET", "/console/console.css", role=OPEN, summary="The console's style sheet",
-            doc=lambda s: {"responses": {"200": text_answer("CSS")}})
+            doc=_file_answer(_FILES["console.css"], "CSS"))
 def style() -> Response:
     return _secured(Response(_static("console.css"), mimetype=_FILES["console.css"]))
 

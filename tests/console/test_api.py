@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from broker.console.progress import ProgressTracker
 from broker.errors import ConfigError
 from journal_spark.jms.manage import ManagementServer
 from journal_spark.metrics import JournalMetrics
+from tests.driver.helpers import serve
 from tests.support import free_port
 
 ADMIN, READER, ORDERS_READER, PUBLISHER = "adm", "rd", "rd-orders", "pub"
@@ -52,15 +53,8 @@ def http_peer(handle: Callable[[BaseHTTPRequestHandler], None]) -> Iterator[str]
         def log_message(self, *_args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(Handler) as url:
+        yield url
 
 
 def answer(status: int, body: bytes, ctype: str = "application/json") -> Callable[[BaseHTTPRequestHandler], None]:

@@ -229,6 +229,7 @@ def templates() -> dict[tuple[str, str], dict[str, Any]]:
                                             "ip": "127.0.0.1", "port": 9}]},
         ("GET", "/poll/{sid}"): {"path": {"sid": COMPAT_ID}},
         ("POST", "/advertise"): {"bodies": [{"topicName": TOPIC, "partitions": 4}]},
+        ("POST", "/console/api/bridges/action"): {"bodies": [{"endpoint": "jms", "bridge": "b", "action": "pause"}]},
     }
 
 

@@ -152,11 +152,18 @@
     return [failing ? failing + " failing" : "", backoff ? backoff + " backing off" : "", ...subs].filter(Boolean).join(", ") + where;
   }
 
+  // Subscribers are re-read every few seconds (ROSTER_S on the node): say live or not, not a countdown.
+  function lease(s) {
+    if (s.revoked) { return "revoked"; }
+    if (s.lease_until_ms === null) { return "no lease to renew"; }
+    return s.live ? "lease live" : "lease expired";
+  }
+
   function renderGroups(groups, stuckAfter, truncated, here) {
     const stuck = groups.reduce((s, g) => s + g.stuck, 0);
     $("groups-summary").textContent = groups.length + " groups" + (truncated.groups ? "+ (first shown)" : "") + (stuck ? ", " + stuck + " stuck partitions" : "");
     fill("group-rows", groups.map((g) => {
-      const subs = g.subscribers.map((s) => s.mode + (s.url ? " " + s.url : "") + " [" + s.partitions + " partitions]").join("; ");
+      const subs = g.subscribers.map((s) => s.mode + (s.url ? " " + s.url : "") + " [" + s.partitions + " partitions, " + lease(s) + "]").join("; ");
       const parts = el("span");
       for (const p of g.lagging.slice(0, 8)) {
         const badge = el("span", "p" + p.partition + ": " + n(p.lag) + (p.stuck ? " stuck " + age(p.idle_ms) : ""), p.stuck ? "badge stuck" : "badge");
