@@ -17,8 +17,8 @@ from broker.app import create_app
 from broker.config import load
 from broker.console.progress import ProgressTracker
 from broker.errors import ConfigError
-from journal_spark.jms.manage import ManagementServer
 from journal_spark.metrics import JournalMetrics
+from tests.console.bridges import management_server
 from tests.driver.helpers import serve
 from tests.support import free_port
 
@@ -71,29 +71,6 @@ def answer(status: int, body: bytes, ctype: str = "application/json") -> Callabl
     return handle
 
 
-class Bridge:
-    """A bridge for the real management server: the state machine of a JMS ingress, without JMS."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.state = name, "STARTED"
-
-    def start(self) -> None:
-        self.state = "STARTED"
-
-    def stop(self) -> None:
-        self.state = "STOPPED"
-
-    def pause(self) -> None:
-        self.state = "PAUSED"
-
-    def resume(self) -> None:
-        self.state = "STARTED"
-
-    def status(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "jms-ingress", "state": self.state, "message_count": 3,
-                "last_error": None, "parameters": {"x": "y"}}
-
-
 def test_page_is_open_with_a_strict_policy_and_data_needs_consume_or_admin(tmp_path: Path) -> None:
     with node(tmp_path) as app:
         c = app.test_client()
@@ -143,40 +120,35 @@ def test_refresh_setting_reaches_the_page_and_bad_console_settings_stop_startup(
 
 
 def test_bridges_are_shown_and_paused_only_at_configured_addresses(tmp_path: Path) -> None:
-    bridges = {"jms-in": Bridge("jms-in")}
-    server = ManagementServer(bridges, JournalMetrics().registry).start()  # type: ignore[arg-type]
-    try:
-        with node(tmp_path, console_bridges=(f"jms=http://127.0.0.1:{server.port}",)) as app:
-            c = app.test_client()
-            shown = c.get("/console/api/overview", headers=bearer(READER)).json["bridges"]
-            assert shown == [{"endpoint": "jms", "url": f"http://127.0.0.1:{server.port}", "reachable": True,
-                              "error": None, "bridges": [{"name": "jms-in", "kind": "jms-ingress",
-                                                          "state": "STARTED", "last_error": None,
-                                                          "counts": {"message_count": 3}}]}]
+    with management_server("jms-in") as (url, bridges), node(tmp_path, console_bridges=(f"jms={url}",)) as app:
+        c = app.test_client()
+        shown = c.get("/console/api/overview", headers=bearer(READER)).json["bridges"]
+        assert shown == [{"endpoint": "jms", "url": url, "reachable": True,
+                          "error": None, "bridges": [{"name": "jms-in", "kind": "jms-ingress",
+                                                      "state": "STARTED", "last_error": None,
+                                                      "counts": {"message_count": 3}}]}]
 
-            def act(**body: Any) -> Any:
-                return c.post("/console/api/bridges/action", json=body, headers=bearer(ADMIN))
+        def act(**body: Any) -> Any:
+            return c.post("/console/api/bridges/action", json=body, headers=bearer(ADMIN))
 
-            paused = act(endpoint="jms", bridge="jms-in", action="pause")
-            assert paused.status_code == 200 and paused.json["state"] == "PAUSED"
-            assert bridges["jms-in"].state == "PAUSED"
-            overview = c.get("/console/api/overview", headers=bearer(READER)).json
-            assert overview["bridges"][0]["bridges"][0]["state"] == "PAUSED"   # the cache was dropped
-            assert act(endpoint="jms", bridge="jms-in", action="resume").json["state"] == "STARTED"
-            # Only configured endpoints, only pause and resume, only well-formed names: never another URL.
-            assert act(endpoint="http://127.0.0.1:1", bridge="jms-in", action="pause").status_code == 404
-            assert act(endpoint="jms", bridge="jms-in", action="stop").status_code == 400
-            assert bridges["jms-in"].state == "STARTED"
-            assert act(endpoint="jms", bridge="../metrics", action="pause").status_code == 400
-            assert act(endpoint="jms", bridge="nope", action="pause").status_code == 404
-            assert act(endpoint="jms", bridge="jms-in", action="pause", url="http://evil").status_code == 400
-            assert act(endpoint="jms", bridge=["x"], action="pause").status_code == 400
-            for raw in (b"", b"{", b"[]", b"\xff\xfe", b"{" * 5000 + b"}" * 5000):
-                bad = c.post("/console/api/bridges/action", data=raw, content_type="application/json",
-                             headers=bearer(ADMIN))
-                assert bad.status_code == 400, raw[:20]
-    finally:
-        server.close()
+        paused = act(endpoint="jms", bridge="jms-in", action="pause")
+        assert paused.status_code == 200 and paused.json["state"] == "PAUSED"
+        assert bridges["jms-in"].state == "PAUSED"
+        overview = c.get("/console/api/overview", headers=bearer(READER)).json
+        assert overview["bridges"][0]["bridges"][0]["state"] == "PAUSED"   # the cache was dropped
+        assert act(endpoint="jms", bridge="jms-in", action="resume").json["state"] == "STARTED"
+        # Only configured endpoints, only pause and resume, only well-formed names: never another URL.
+        assert act(endpoint="http://127.0.0.1:1", bridge="jms-in", action="pause").status_code == 404
+        assert act(endpoint="jms", bridge="jms-in", action="stop").status_code == 400
+        assert bridges["jms-in"].state == "STARTED"
+        assert act(endpoint="jms", bridge="../metrics", action="pause").status_code == 400
+        assert act(endpoint="jms", bridge="nope", action="pause").status_code == 404
+        assert act(endpoint="jms", bridge="jms-in", action="pause", url="http://evil").status_code == 400
+        assert act(endpoint="jms", bridge=["x"], action="pause").status_code == 400
+        for raw in (b"", b"{", b"[]", b"\xff\xfe", b"{" * 5000 + b"}" * 5000):
+            bad = c.post("/console/api/bridges/action", data=raw, content_type="application/json",
+                         headers=bearer(ADMIN))
+            assert bad.status_code == 400, raw[:20]
 
 
 def test_hostile_bridges_and_journal_peers_never_break_the_overview(tmp_path: Path) -> None:
