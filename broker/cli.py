@@ -1,4 +1,4 @@
-"""The ``toymb`` command: serve, journal, consume, bench."""
+"""The ``toymb`` command: serve, status, journal, consume, bench."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .config import load_settings
+from .console.status import status
 from .errors import ConfigError
 from .logs import setup_logging
 
@@ -50,6 +51,7 @@ def _add_optional(module_name: str, attr: str) -> None:
     main.add_command(getattr(module, attr))
 
 
+main.add_command(status)
 _add_optional("journal_spark.cli", "journal")
 _add_optional("driver.cli", "consume")
 _add_optional("bench.cli", "bench")

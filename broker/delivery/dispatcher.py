@@ -122,6 +122,29 @@ class Dispatcher:
             self._stale.add((topic, group))
         self._worker.wake.set()
 
+    def push_state(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Where push stands for each group this node dispatches: failing lanes and backing-off subscribers.
+
+        Per (topic, group), JSON-ready: ``{"failing": {"<partition>": attempts}, "backoff":
+        {"<partition>": seconds left}, "subscribers": {sid: {"unreachable_s", "backoff_s",
+        "dead_streak"}}}``, only the entries that are not fine, so a healthy group costs a few
+        bytes. Read by the operator console.
+        """
+        now = time.monotonic()
+        state: dict[tuple[str, str], dict[str, Any]] = {}
+        with self._lock:
+            for pair, group in self._state.items():
+                failing = {str(p): lane.attempts for p, lane in group.lanes.items() if lane.attempts}
+                backoff = {str(p): round(lane.not_before - now, 2) for p, lane in group.lanes.items()
+                           if lane.not_before > now}
+                subscribers = {
+                    sid: {"unreachable_s": None if t.unreachable_since is None else round(now - t.unreachable_since, 1),
+                          "backoff_s": round(max(0.0, t.not_before - now), 2), "dead_streak": t.dead_streak}
+                    for sid, t in group.targets.items()
+                    if t.unreachable_since is not None or t.not_before > now or t.dead_streak}
+                state[pair] = {"failing": failing, "backoff": backoff, "subscribers": subscribers}
+        return state
+
     # -- scheduling ---------------------------------------------------------------------------
 
     def _run(self) -> None:

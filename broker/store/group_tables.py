@@ -122,6 +122,9 @@ class GroupTables(Protocol):
         of the partitions that moved."""
     def lag_sums(self, topics: Sequence[str]) -> dict[tuple[str, str], int]:
         """Per (topic, group) of ``topics``: the sum over its partitions of end minus committed offset."""
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        """Per (topic, group) of ``topics``: each partition whose end is past the committed offset,
+        as partition -> (committed offset, end offset); groups without lag are left out."""
 
     # -- message windows ------------------------------------------------------------------------
     def rows(self, topic: str, windows: Windows) -> Sequence[MessageRow]:

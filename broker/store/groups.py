@@ -196,6 +196,14 @@ class GroupStore:
         sums = self._tables.lag_sums(sorted({t for t, _ in wanted}))
         return {pair: max(0, n) for pair, n in sums.items() if pair in wanted}
 
+    def lagging(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        """The partitions of each (topic, group) that have lag: partition -> (committed, end), in one read."""
+        wanted = set(pairs)
+        if not wanted:
+            return {}
+        found = self._tables.lagging(sorted({t for t, _ in wanted}))
+        return {pair: partitions for pair, partitions in found.items() if pair in wanted}
+
     # -- reading ------------------------------------------------------------------------------
 
     def read(self, topic: str, starts: dict[int, int], limit: int,

@@ -160,6 +160,19 @@ class MemoryGroupTables:
                     sums[(t, g)] = sum(lags)
         return sums
 
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        wanted = set(topics)
+        out: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+        with self._data.lock:
+            ends = self._data.ends
+            for (t, g), offsets in self._data.group_offsets.items():
+                if t not in wanted:
+                    continue
+                behind = {p: (n, ends[(t, p)]) for p, n in offsets.items() if ends.get((t, p), 0) > n}
+                if behind:
+                    out[(t, g)] = behind
+        return out
+
     # -- message windows ----------------------------------------------------------------------
 
     def rows(self, topic: str, windows: Windows) -> list[MemoryRow]:

@@ -208,6 +208,20 @@ class SqlGroupTables:
         with self.engine.connect() as conn:
             return {(t, g): int(n or 0) for t, g, n in conn.execute(query)}
 
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        query = (select(group_offsets.c.topic, group_offsets.c.group_name, group_offsets.c.partition,
+                        group_offsets.c.next_offset, partition_table.c.next_offset)
+                 .select_from(group_offsets.join(partition_table, and_(
+                     partition_table.c.topic == group_offsets.c.topic,
+                     partition_table.c.partition == group_offsets.c.partition)))
+                 .where(group_offsets.c.topic.in_(list(topics)),
+                        partition_table.c.next_offset > group_offsets.c.next_offset))
+        out: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+        with self.engine.connect() as conn:
+            for t, g, p, committed, end in conn.execute(query):
+                out.setdefault((t, g), {})[int(p)] = (int(committed), int(end))
+        return out
+
     # -- message windows ----------------------------------------------------------------------
 
     def rows(self, topic: str, windows: Windows) -> list[Any]:

@@ -144,6 +144,10 @@ def test_lags_follow_the_end_offsets_and_the_commits(repos: Repositories, append
     groups.commit("t", "g", {0: 5, 2: 1})
     assert groups.lags([("t", "g"), ("t", "h")]) == {("t", "g"): 4, ("t", "h"): 10}
     assert groups.lags([]) == {}
+    # The lagging partitions themselves, (committed, end), in one read; caught-up ones are left out.
+    assert groups.lagging([("t", "g"), ("u", "g"), ("t", "nogroup")]) == {
+        ("t", "g"): {1: (0, 3), 2: (1, 2)}, ("u", "g"): {0: (0, 4)}}
+    assert groups.lagging([]) == {}
 
 
 def test_read_is_fair_across_partitions(repos: Repositories, appender: Appender) -> None:

@@ -36,6 +36,7 @@ from urllib.parse import quote
 import pytest
 
 from broker.envelope import MAX_JSON_DEPTH
+from tests.console.bridges import management_server
 from tests.support import NodeProcess
 
 from .conftest import fuzz_node_env
@@ -229,6 +230,7 @@ def templates() -> dict[tuple[str, str], dict[str, Any]]:
                                             "ip": "127.0.0.1", "port": 9}]},
         ("GET", "/poll/{sid}"): {"path": {"sid": COMPAT_ID}},
         ("POST", "/advertise"): {"bodies": [{"topicName": TOPIC, "partitions": 4}]},
+        ("POST", "/console/api/bridges/action"): {"bodies": [{"endpoint": "jms", "bridge": "b", "action": "pause"}]},
     }
 
 
@@ -535,10 +537,12 @@ def problems_of(request: Request, answer: Answer) -> list[str]:
 
 @pytest.fixture(scope="module")
 def hostile_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    env = fuzz_node_env(ADMIN, TOYMB_SUBSCRIBER_LEASE_MS="600000")
-    node = NodeProcess(tmp_path_factory.mktemp("hostile"), env=env).start()
-    yield node
-    node.stop()
+    # The console's bridge action relays to a configured management API: one is there for it.
+    with management_server("b") as (bridges_url, _):
+        env = fuzz_node_env(ADMIN, TOYMB_SUBSCRIBER_LEASE_MS="600000", TOYMB_CONSOLE_BRIDGES=f"jms={bridges_url}")
+        node = NodeProcess(tmp_path_factory.mktemp("hostile"), env=env).start()
+        yield node
+        node.stop()
 
 
 def call(node: NodeProcess, method: str, path: str, body: Any = None) -> Answer:
