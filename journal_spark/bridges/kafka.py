@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
+from ..routes import DataError, HardFailure, Route, Routes, headers_for
 from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
 from .sink import RouteSink, describe_row
 from .telemetry import BridgeTelemetry
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
 SINK_NAME = "kafka.bridge"
+KAFKA_SYSTEM = "kafka"        # the system name in jmsbridge.path (loop prevention)
 TRANSACTION_TIMEOUT_S = 120.0   # a micro-batch must commit within this (kafka.transaction.timeout.ms)
 POLL_EVERY = 1000                     # serve delivery callbacks every this many records
 _HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
@@ -103,7 +104,7 @@ class KafkaSink(RouteSink):
     def write_rows(self, rows: Iterable[Any], batch_id: int) -> int:
         """Route ``rows`` (envelope columns, store order) as batch ``batch_id``; returns records sent."""
         touched: Done = {}
-        sent = failures = looped = handled = 0
+        sent = failures = handled = 0
         seconds = 0.0
         began = False
         try:
@@ -121,8 +122,7 @@ class KafkaSink(RouteSink):
                     began = True
                 t0 = time.perf_counter()
                 try:
-                    if not self._should_export(row):
-                        looped += 1
+                    if self.skip_reason(row, route, KAFKA_SYSTEM) is not None:
                         continue
                     self._produce(route.destination.name, route.key_for(row), row,
                                   headers_for(row, self.routes.bridge_id))
@@ -150,22 +150,13 @@ class KafkaSink(RouteSink):
         for topic, offsets in touched.items():
             self.done.setdefault(topic, {}).update(offsets)
         self.telemetry.routed(self.name, sent, seconds)
-        if looped:
-            self.telemetry.skipped(self.name, looped)
-        log.debug("batch %d: %d record(s) to Kafka, %d failure(s), %d looped", batch_id, sent, failures,
-                  looped)
+        log.debug("batch %d: %d record(s) to Kafka, %d failure(s)", batch_id, sent, failures)
         return sent
 
     def close(self) -> None:
         self.producer.flush(10)
 
     # ------------------------------------------------------------------------- internals
-    def _should_export(self, row: Any) -> bool:
-        headers = row_headers(row)
-        if headers.get("jmsbridge.origin") == self.routes.bridge_id:
-            return False
-        return hops_of(headers) < self.routes.max_hops   # a garbled count is a DataError
-
     def _produce(self, topic: str, key: str, row: Any, headers: dict[str, str]) -> None:
         body = row["body"]
         self._send(topic, key.encode("utf-8"), bytes(body) if body is not None else None,
