@@ -75,8 +75,8 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
         bridge.stop()
     h = message["headers"]
     assert message["body"] == b"from java" and message["content_type"] == "text/plain"
-    assert message["id"] == sent_id == h["jms.JMSMessageID"]
-    assert h["jms.JMSCorrelationID"] == "java-corr-1" and h["jms.JMSType"] == "reply"
-    assert h["jms.JMSPriority"] == "7" and h["jms.JMSDeliveryMode"] == "PERSISTENT"
+    assert message["id"] == sent_id == h["jms.MessageId"]
+    assert h["jms.CorrelationId"] == "java-corr-1" and h["jms.Type"] == "reply"
+    assert h["jms.Priority"] == "7" and h["jms.DeliveryMode"] == "PERSISTENT"
     assert h["jms.region"] == "eu-west" and h["jms.attempt"] == "3" and h["jms.urgent"] == "true"
     assert len(stored(node, "from-java")) == 1

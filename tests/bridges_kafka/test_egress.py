@@ -67,7 +67,9 @@ routes.other.dest.topic={rest}
     text = _exposition(telemetry)
     assert f'jms_bridge_routing_success_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 4.0' in text
     assert "jms_bridge_routing_latency_avg{" in text
-    assert f'jms_bridge_routing_skipped_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 2.0' in text
+    for reason in ("cycle", "max-hops"):
+        assert (f'jms_bridge_routing_skipped_total{{jms_bridge_id="{bridge}",reason="{reason}",'
+                f'sink="kafka.bridge"}} 1.0') in text
 
 
 def _exposition(telemetry: BridgeTelemetry) -> str:
