@@ -22,10 +22,13 @@ from tests.support import NodeProcess, free_port, wait_until
 
 
 def make_ingress(tmp_path: Path, node_url: str, source: str, topic: str, bridge: str = "in-1",
-                 port: int = 61613, metrics: JmsMetrics | None = None, **opts: str) -> JmsIngress:
+                 port: int = 61613, metrics: JmsMetrics | None = None, extra: tuple[str, ...] = (),
+                 **opts: str) -> JmsIngress:
+    """One JMS ingress ``i`` from a routes file; ``extra`` are more lines (global keys)."""
     lines = [
         f"bridge.id={bridge}",
         f"jms.stomp.port={port}",
+        *extra,
         f"ingress.i.{source}",
         f"ingress.i.dest.topic={topic}",
         f"ingress.i.broker.url={node_url}",
