@@ -133,6 +133,12 @@ class StompClient:
         except Exception:  # noqa: BLE001 - already broken
             pass
         try:
+            # Close the socket ourselves: waiting for the server to close it after DISCONNECT would
+            # hang forever on a server that stopped answering (what heart-beats detect).
+            conn.transport.disconnect_socket()
+        except Exception:  # noqa: BLE001
+            pass
+        try:
             conn.transport.stop()
         except Exception:  # noqa: BLE001
             pass
