@@ -79,7 +79,9 @@ class KafkaSink(RouteSink):
             self.destinations.add(routes.dead_letter_topic)
         check_topics(self.admin, self.destinations, routes.path)
         ensure_marker_topic(self.admin, routes.marker_topic)
-        self._errors: list[KafkaError] = []
+        self._errors: list[tuple[KafkaError, str | None]] = []    # delivery errors and their topics
+        self._txn_topics: set[str] = set()      # topics written in the open transaction
+        self._proven: set[str] = set()          # topics a committed transaction wrote: writable
         producer_conf = {
             "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
             "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
@@ -167,6 +169,7 @@ class KafkaSink(RouteSink):
         for _attempt in range(600):
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp)
+                self._txn_topics.add(topic)
                 return
             except BufferError:
                 self.producer.poll(0.1)         # local queue full: let deliveries drain
@@ -197,34 +200,48 @@ class KafkaSink(RouteSink):
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None and len(self._errors) < 100:
-            self._errors.append(err)
+            self._errors.append((err, msg.topic() if msg is not None else None))
 
     def _commit(self) -> None:
         try:
             self.producer.commit_transaction(TRANSACTION_TIMEOUT_S)
         except KafkaException as exc:
-            first = self._errors[0] if self._errors else exc.args[0]
+            # Records the failed commit purged say only "purged"; the cause is a real delivery error
+            # or the commit's own (an AddPartitionsToTxn refused, say), and the topic is theirs.
+            # Which topic was refused is not said; a topic an earlier transaction wrote is not it.
+            purged = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+            real = [(e, t) for e, t in self._errors if e.code() not in purged]
+            suspects = sorted(self._txn_topics - self._proven) or sorted(self._txn_topics)
+            first, topic = real[0] if real else (exc.args[0], ", ".join(suspects) or None)
             self._errors.clear()
-            raise self._hard(first, "committing the Kafka transaction") from None
+            self._txn_topics.clear()
+            raise self._hard(first, "committing the Kafka transaction", topic) from None
+        self._proven |= self._txn_topics
+        self._txn_topics.clear()
         if self._errors:           # cannot happen after a successful commit; be loud if it does
-            first = self._errors[0]
+            first, topic = self._errors[0]
             self._errors.clear()
-            raise self._hard(first, "delivering records")
+            raise self._hard(first, "delivering records", topic)
 
     def _abort(self) -> None:
         self._errors.clear()
+        self._txn_topics.clear()
         try:
             self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
         except KafkaException as exc:
             log.warning("aborting the Kafka transaction failed (the next start fences it): %s", exc)
 
-    def _hard(self, error: KafkaError, doing: str) -> HardFailure:
+    def _hard(self, error: KafkaError, doing: str, topic: str | None = None) -> HardFailure:
         """A clear HardFailure; for a topic error, re-checks which destination is missing."""
         if error.code() in _HARD_CODES:
             try:
                 check_topics(self.admin, self.destinations, self.routes.path)
             except HardFailure as found:
                 return found
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
+            # It may describe the topic (so the check above passed) but not write it.
+            return HardFailure(f"not authorised to write Kafka topic {topic} (routes file {self.routes.path}; "
+                               f"bridge {self.routes.bridge_id}): {error.str()}")
         return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
                            f"({error.name()})")
 
