@@ -193,8 +193,8 @@ num.io.threads=4
 log.retention.hours=168
 log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
-$sasl
 EOF
+    [[ -z "$sasl" ]] || printf '%s\n' "$sasl" >>"$CONF_DIR/server.properties"
     cat >"$CONF_DIR/log4j2.properties" <<EOF
 status = warn
 appender.file.type = RollingFile

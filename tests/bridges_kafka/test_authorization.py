@@ -96,3 +96,10 @@ def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
     assert sink.write_rows([row], 0) == 1                 # the principal works where it may write
     with pytest.raises(HardFailure, match=f"not authorised to write Kafka topic {dest}"):
         sink.write_rows([{**row, "id": "m2", "topic": "locked"}], 1)
+    # The PLAINTEXT listener of the same server is as without the authorizer: anyone may write.
+    from confluent_kafka import Producer
+
+    plain = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_kafka.port}", "acks": "all"})
+    failures: list[Any] = []
+    plain.produce(dest, b"plaintext", on_delivery=lambda err, _msg: failures.append(err))
+    assert plain.flush(30) == 0 and failures == [None]
