@@ -29,10 +29,12 @@ class SaslKafka:
     def __init__(self, state: Path) -> None:
         self.port, self.controller, self.sasl_port = free_port(), free_port(), free_port()
         # (JDK_JAVA_OPTIONS of the test session would pick a second garbage collector for Kafka's JVM)
-        self.env = {**{k: v for k, v in os.environ.items() if k != "JDK_JAVA_OPTIONS"}, "TOYMB_SERVICES_DIR": str(state), "TOYMB_KAFKA_PORT": str(self.port),
-                    "TOYMB_KAFKA_CONTROLLER_PORT": str(self.controller), "TOYMB_KAFKA_SASL_PORT": str(self.sasl_port),
-                    "TOYMB_KAFKA_SASL_USERS": ",".join(f"{u}:{p}" for u, p in (ADMIN, JOB)),
-                    "TOYMB_KAFKA_HEAP": "-Xmx384M -Xms128M"}
+        self.env = {k: v for k, v in os.environ.items() if k != "JDK_JAVA_OPTIONS"}
+        self.env.update({"TOYMB_SERVICES_DIR": str(state), "TOYMB_KAFKA_PORT": str(self.port),
+                         "TOYMB_KAFKA_CONTROLLER_PORT": str(self.controller),
+                         "TOYMB_KAFKA_SASL_PORT": str(self.sasl_port),
+                         "TOYMB_KAFKA_SASL_USERS": ",".join(f"{u}:{p}" for u, p in (ADMIN, JOB)),
+                         "TOYMB_KAFKA_HEAP": "-Xmx384M -Xms128M"})
         jars = os.environ.get("TOYMB_KAFKA_CLASSPATH", "").split(":")[0]
         if jars:                                  # reuse the jars fetched for the shared Kafka
             self.env["TOYMB_KAFKA_LIB_DIR"] = str(Path(jars).parent)
