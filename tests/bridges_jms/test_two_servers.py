@@ -5,10 +5,7 @@ restarted once. Counted on B with a Java JMS consumer."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +16,8 @@ from journal_spark.jms.stompclient import StompClient
 from tests.bridges_jms.conftest import PrivateActiveMQ, send_all, stored, unique, write_routes
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.bridges_jms.test_java_client import JARS
-from tests.support import ROOT, NodeProcess, free_port, need_service, wait_progressing
+from tests.bridges_kafka.jobproc import JournalProcess
+from tests.support import NodeProcess, free_port, need_service, wait_progressing
 
 TOTAL = 5000
 STALL_S = 240          # a job without progress this long is stuck (a JVM start on a loaded machine: ~100 s)
@@ -33,34 +31,6 @@ def two_servers(activemq: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     yield a, b
     a.stop()
     b.stop()
-
-
-class Job:
-    """``toymb journal run`` as a process of its own session (SIGKILL takes Spark's JVM with it)."""
-
-    def __init__(self, tmp_path: Path, db: Path, routes: Path) -> None:
-        self.args = [sys.executable, "-m", "broker", "journal", "run", "--database-url", f"sqlite:///{db}",
-                     "--routes", str(routes), "--journal-dir", str(tmp_path / "journal"),
-                     "--checkpoint-dir", str(tmp_path / "checkpoints"), "--max-rows", "200",
-                     "--trigger-ms", "300", "--metrics-port", "0", "--master", "local[1]"]
-        self.log = tmp_path / "job.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
-        env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "TOYMB_LOG_LEVEL": "WARNING"})
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.args, env=env, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def alive(self) -> None:
-        assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
 
 
 def exported(marker_queue: str, url: str) -> int:
@@ -96,7 +66,7 @@ def test_a_to_b_exactly_once_through_two_job_kills_and_a_restart_of_b(
         f"routes.to-b.predicate=msg.address=={topic}", f"routes.to-b.dest.jms.queue={target}",
         "routes.to-b.jms.connection=b"])
     marker_queue = f"/queue/toymb.bridge.{bridge_id}.jms.b.markers"
-    job = Job(tmp_path, node.data_dir / "toymb.db", routes)
+    job = JournalProcess(tmp_path, f"sqlite:///{node.data_dir / 'toymb.db'}", routes, max_rows=200)
 
     def sent_by_this_job() -> int:
         try:
@@ -105,8 +75,8 @@ def test_a_to_b_exactly_once_through_two_job_kills_and_a_restart_of_b(
             return 0
 
     def progress() -> tuple[int, int, int]:
-        job.alive()
-        return sent_by_this_job(), len(stored(node, topic)), job.log.stat().st_size if job.log.exists() else 0
+        assert job.proc is not None and job.proc.poll() is None, job.log_tail()
+        return sent_by_this_job(), len(stored(node, topic)), job.log_path.stat().st_size if job.log_path.exists() else 0
 
     ingress.start()
     job.start()
