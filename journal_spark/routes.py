@@ -392,6 +392,9 @@ def _route(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Route:
     if "jms.connection" in fields and kind not in ("jms-queue", "jms-topic"):
         raise RoutesError(f"{where}:{fields['jms.connection'][0]}: routes.{name}.jms.connection is for a JMS "
                           "destination (dest.jms.queue or dest.jms.topic)")
+    if "non-persistent" in fields and kind == "jetstream":
+        raise RoutesError(f"{where}:{fields['non-persistent'][0]}: routes.{name}.non-persistent is for Kafka "
+                          "and JMS destinations")
     display = fields["name"][1] if "name" in fields else name
     return Route(display, ptext, predicate, Destination(kind, dests[0][1][1]), conv_key, first, options)
 
@@ -408,6 +411,10 @@ def _ingress(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Ingre
     kind = _KINDS[sources[0][0]]
     options = {k: v for k, (_l, v) in fields.items() if k in INGRESS_OPTION_KEYS}
     _check_non_persistent(where, f"ingress.{name}", fields)
+    for jms_only in ("jms.connection", "non-persistent"):
+        if jms_only in fields and kind not in ("jms-queue", "jms-topic"):
+            raise RoutesError(f"{where}:{fields[jms_only][0]}: ingress.{name}.{jms_only} is for a JMS source "
+                              "(jms.queue or jms.topic)")
     return IngressRoute(name, Destination(kind, sources[0][1][1]), fields["dest.topic"][1],
                         fields["broker.url"][1].rstrip("/"), first, options)
 

@@ -171,3 +171,20 @@ def test_a_key_that_is_not_alphanumeric_is_a_data_error(tmp_path: Path, value: s
         route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": value}})
     assert caught.value.reason == "bad-key"
     assert route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": "ID:host-1:1:1"}}) == "ID:host-1:1:1"
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    (["ingress.k.kafka.topic=t", "ingress.k.dest.topic=d", "ingress.k.broker.url=http://x",
+      "ingress.k.non-persistent=drop"], "ingress.k.non-persistent is for a JMS source"),
+    (["ingress.k.kafka.topic=t", "ingress.k.dest.topic=d", "ingress.k.broker.url=http://x",
+      "ingress.k.jms.connection=b"], "ingress.k.jms.connection is for a JMS source"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.topic=x", "routes.r.jms.connection=b"],
+     "routes.r.jms.connection is for a JMS destination"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.nats.subject=x", "routes.r.non-persistent=drop"],
+     "routes.r.non-persistent is for Kafka and JMS destinations"),
+])
+def test_jms_only_settings_elsewhere_are_refused(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = tmp_path / "r.properties"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RoutesError, match=message):
+        load_routes(path)
