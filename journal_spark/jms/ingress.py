@@ -272,10 +272,10 @@ class JmsIngress:
                 message = self._convert(frame)
             except DataError as exc:
                 where = f"JMS ingress {cfg.name}: message {frame.headers.get('message-id', '?')}"
-                self._count_skip(exc.reason, log_it=False)
                 if cfg.on_error == "fail":
                     raise IngressStopped(f"{where}: {exc}; routing.on-error=fail stops the ingress "
                                          "(set skip or dead-letter to go on)") from None
+                self._count_skip(exc.reason, log_it=False)
                 if cfg.on_error == "skip":
                     log.warning("%s skipped: %s", where, exc)
                     continue
@@ -361,7 +361,7 @@ class JmsIngress:
 
     def _publish(self, messages: list[dict[str, Any]]) -> None:
         """Publish the batch; 4xx for the batch means a bad message, so each is then tried alone."""
-        if self._post(messages):
+        if not messages or self._post(messages):
             return
         for message in messages:
             if not self._post([message]):
