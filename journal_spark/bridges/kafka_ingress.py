@@ -84,6 +84,7 @@ class KafkaIngress:
             self.producer = Producer({**conf, "enable.idempotence": True, "acks": "all",
                                       "on_delivery": self._on_dead_letter})
         self._dlq_errors: list[str] = []
+        self._hops_logged = False
         # The driver's client, with no retries of its own: _publish decides what is retried.
         self.broker = Template(route.broker_url, token=token or opts.get("token") or os.environ.get("TOYMB_TOKEN"),
                                timeout=30.0, retries=0)
@@ -137,6 +138,11 @@ class KafkaIngress:
         self.telemetry.routed(self.sink, len(messages), time.perf_counter() - t0)
         if looped:
             self.telemetry.skipped(self.sink, looped, "max-hops")
+            log.log(logging.DEBUG if self._hops_logged else logging.WARNING,
+                    "ingress %s: %d record(s) crossed routing.max-hops=%d bridges and were dropped%s",
+                    self.route.name, looped, self.routes.max_hops,
+                    "" if self._hops_logged else "; further ones are counted in jms_bridge_routing_skipped_total")
+            self._hops_logged = True
 
     def convert(self, msg: Message) -> dict[str, Any] | None:
         """The broker message for ``msg``; None when loop prevention drops it."""
