@@ -127,3 +127,20 @@ def test_a_kafka_message_that_came_in_is_not_sent_back_to_kafka(
     assert consume_all(back, idle_s=2) == []
     assert telemetry.skipped_count(sink.name, "cycle") == 1
     assert "not bridged to kafka (cycle)" in caplog.text and "route out" in caplog.text
+
+
+def test_a_message_from_a_real_artemis_bridge_continues_its_id_list(activemq: str, node: NodeProcess,
+                                                                    tmp_path: Path) -> None:
+    queue = unique("artemis")
+    # Artemis writes AMQ_BRIDGE_MSG_ID_LIST; the seed (its manual) names it ACTIVEMQ_BRIDGE_MSG_ID_LIST.
+    send_all(f"/queue/{queue}", [(b"hop", {"persistent": "true", "AMQ_BRIDGE_MSG_ID_LIST": "ID:artemis-1"})])
+    bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}", "artemis-in", add_message_id_in_header="true",
+                          max_batch_time="100")
+    bridge.start()
+    try:
+        (message,) = wait_stored(node, "artemis-in", 1)
+    finally:
+        bridge.stop()
+    h = message["headers"]
+    assert h["ACTIVEMQ_BRIDGE_MSG_ID_LIST"] == f"ID:artemis-1,{h['jms.MessageId']}"
+    assert "AMQ_BRIDGE_MSG_ID_LIST" not in h and "jms.AMQ_BRIDGE_MSG_ID_LIST" not in h
