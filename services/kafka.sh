@@ -242,7 +242,11 @@ format_storage() {
     if [[ -s "$STATE_DIR/cluster.id" ]]; then
         cid="$(cat "$STATE_DIR/cluster.id")"
     else
-        cid="$(python3 -c 'import uuid,base64;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
+        # As Kafka's Uuid.randomUuid: never one that starts with "-" (the storage tool would read
+        # it as an option: "argument --cluster-id/-t: expected one argument").
+        cid="$(python3 -c 'import uuid,base64
+while (c := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"): pass
+print(c)')"
         echo "$cid" >"$STATE_DIR/cluster.id"
     fi
     log "formatting storage $DATA_DIR (cluster id $cid)"

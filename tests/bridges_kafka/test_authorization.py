@@ -17,7 +17,7 @@ import pytest
 from journal_spark.bridges.kafka import KafkaSink
 from journal_spark.routes import HardFailure, load_routes
 from tests.bridges_kafka.conftest import BOOTSTRAP
-from tests.support import ROOT, free_port, need_service, port_open
+from tests.support import ROOT, free_port, need_service, port_open, wait_until
 
 KAFKA = str(ROOT / "services" / "kafka.sh")
 ADMIN, JOB = ("admin", "admin-pw"), ("job", "job-pw")
@@ -68,6 +68,17 @@ def grant(kafka: SaslKafka, acls: list[tuple[Any, str, Any, Any]]) -> None:
         future.result(timeout=30)
 
 
+def can_write(kafka: SaslKafka, topic: str) -> bool:
+    """The job's principal can write ``topic`` now (ACLs reach the broker through its metadata log)."""
+    from confluent_kafka import Producer
+
+    outcome: list[Any] = []
+    producer = Producer({**kafka.sasl(JOB), "acks": "all", "message.timeout.ms": 5000})
+    producer.produce(topic, b"probe", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(10)
+    return outcome == [None]
+
+
 @pytest.mark.timeout(600)
 def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
     sasl_kafka: SaslKafka, tmp_path: Path
@@ -86,7 +97,7 @@ def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
         (ResourceType.TRANSACTIONAL_ID, "toymb-", prefixed, AclOperation.ALL),
         (ResourceType.GROUP, "toymb-", prefixed, AclOperation.ALL),
     ])
-    time.sleep(1.0)      # ACLs reach the broker's authorizer through the metadata log
+    wait_until(lambda: can_write(sasl_kafka, allowed), timeout=60, what="the ACLs to reach the authorizer")
     routes = tmp_path / "routes.properties"
     conf = "\n".join(f"kafka.{k}={v}" for k, v in sasl_kafka.sasl(JOB).items())
     routes.write_text(f"bridge.id=sasl-job\n{conf}\nrouting.markers.topic={markers}\n"
