@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .header_names import find_header
+
 
 def row_headers(row: Any) -> dict[str, str]:
     """The row's headers as a dict, whatever shape Spark or Arrow gave them."""
@@ -23,7 +25,11 @@ def row_headers(row: Any) -> dict[str, str]:
 
 
 def field_of(row: Any, operand: str) -> str | None:
-    """The value an operand (``msg.address``, ``msg.key``, ``msg.id``, ``msg.header.H``) names."""
+    """The value an operand (``msg.address``, ``msg.key``, ``msg.id``, ``msg.header.H``) names.
+
+    ``msg.header.H`` finds ``H``, else ``jms.H``; a JMS header field by any of its spellings
+    (``CorrelationId``, ``JMSCorrelationID``; see :mod:`journal_spark.header_names`).
+    """
     value: str | None
     if operand == "msg.address":
         value = row["topic"]
@@ -32,7 +38,7 @@ def field_of(row: Any, operand: str) -> str | None:
     elif operand == "msg.id":
         value = row["id"]
     else:
-        value = row_headers(row).get(operand[len("msg.header."):])
+        value = find_header(row_headers(row), operand[len("msg.header."):])
     return value
 
 
