@@ -16,6 +16,7 @@ from .api.routes import Route, Routes
 from .cluster import api as cluster_api
 from .config import Settings
 from .delivery import api as delivery_api
+from .delivery import api_control as delivery_control
 from .delivery import compat as delivery_compat
 from .delivery.api import check_subscriber_id
 from .errors import BrokerError
@@ -89,7 +90,7 @@ def register_error_handlers(app: Flask) -> None:
 
 # Every endpoint of a node, in the order the OpenAPI document lists them.
 ROUTE_TABLES = (health.routes, openapi.routes, cluster_api.routes, topics.routes, delivery_api.routes,
-                compat.routes, delivery_compat.routes)
+                compat.routes, delivery_compat.routes, delivery_control.routes)
 
 
 def _request_topic(route: Route, path: dict[str, Any]) -> str:
