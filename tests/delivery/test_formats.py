@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 from urllib.parse import unquote
 
 from cloudevents.core.bindings.http import HTTPMessage, from_http
