@@ -48,18 +48,17 @@ def _partition_map(raw: Any, partitions: int) -> dict[int, int]:
     return out
 
 
-def _positions(raw: Any, partitions: int) -> dict[int, int]:
-    """``[{"partition": p, "offset": o}, ...]`` -> partition -> lowest offset named."""
+def _positions(raw: Any, partitions: int) -> dict[int, set[int]]:
+    """``[{"partition": p, "offset": o}, ...]`` -> partition -> the offsets named."""
     if not isinstance(raw, list) or not 0 < len(raw) <= _MAX_POSITIONS:
         raise BadRequest(f'messages must be a list of 1 to {_MAX_POSITIONS} {{"partition", "offset"}}',
                          code="bad_messages")
-    out: dict[int, int] = {}
+    out: dict[int, set[int]] = {}
     for item in raw:
         if not isinstance(item, dict) or set(item) != {"partition", "offset"}:
             raise BadRequest('each message is {"partition": p, "offset": o}', code="bad_messages")
         p = _whole(item["partition"], "partition", partitions - 1)
-        o = _whole(item["offset"], "offset")
-        out[p] = min(o, out.get(p, o))
+        out.setdefault(p, set()).add(_whole(item["offset"], "offset"))
     return out
 
 

@@ -231,11 +231,11 @@ class Fetcher:
             raise Conflict(f"partitions {foreign} are not assigned to subscriber {sid!r}",
                            code="not_assigned", partitions=foreign, assigned=sorted(owned))
 
-    def nack(self, topic: str, group: str, sid: str, offsets: dict[int, int]) -> list[int]:
-        """Give messages back for redelivery now: partition -> the lowest offset given back.
+    def nack(self, topic: str, group: str, sid: str, offsets: dict[int, set[int]]) -> list[int]:
+        """Give messages back for redelivery now: partition -> the offsets given back.
 
         The next fetch returns that offset again, and what followed it in the partition (order
-        is kept). Returns the partitions rewound (a message not in flight has nothing to give back).
+        is kept; the followers' fetches are not counted as attempts). Returns the partitions rewound (a message not in flight has nothing to give back).
 
         Raises:
             Conflict: a partition is not assigned to ``sid``.
@@ -243,9 +243,17 @@ class Fetcher:
         self._check_held(sid, offsets)
         rewound = []
         with self._lock:
-            for p, offset in sorted(offsets.items()):
+            for p, named in sorted(offsets.items()):
+                offset = min(named)
                 flight = self._inflight.get((topic, group, p))
                 if flight is not None and flight.subscriber == sid and offset < flight.next:
+                    # What followed the message is given back with it, unseen: those deliveries do
+                    # not count, so their next fetch is the same attempt again.
+                    counts = self._attempts.get((topic, group, p), {})
+                    for later in [n for n in counts if offset < n < flight.next and n not in named]:
+                        counts[later] -= 1
+                        if counts[later] <= 0:
+                            del counts[later]
                     flight.next = offset
                     rewound.append(p)
         self.on_commit(topic, set(rewound))  # wake a fetch waiting on the topic

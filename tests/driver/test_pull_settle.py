@@ -1,0 +1,75 @@
+"""The driver's pull side of issue 21: delivery_attempt, message.nack(), message.extend(), Template.seek."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from driver import Message, PullConsumer, Template
+from tests.support import NodeProcess
+
+
+def test_nack_redelivers_at_once_with_the_next_attempt_and_keeps_order(node: NodeProcess, template: Template,
+                                                                       topic: str) -> None:
+    template.create_topic(topic, 1)
+    template.send_batch(topic, [("k", {"n": n}) for n in range(4)])
+    seen: list[tuple[int, int]] = []
+    given_back = {"left": 1}
+    with PullConsumer(topic, "g", template=template, start="earliest", wait_ms=500) as consumer:
+        for message in consumer:
+            seen.append((message.body["n"], message.delivery_attempt))
+            if message.body["n"] == 1 and given_back["left"]:
+                given_back["left"] -= 1
+                message.nack()
+            if len(seen) >= 5:
+                break
+    assert seen == [(0, 1), (1, 1), (1, 2), (2, 1), (3, 1)], "1 comes back at once, before 2, as attempt 2"
+
+
+def test_extend_keeps_a_slow_message_from_being_redelivered(node: NodeProcess, template: Template,
+                                                            topic: str) -> None:
+    template.create_topic(topic, 1)
+    template.send(topic, "k", {"n": 0})
+    attempts: list[int] = []
+
+    def slow(message: Message) -> None:
+        attempts.append(message.delivery_attempt)
+        message.extend(10_000)
+        time.sleep(2.0)  # past the node's redelivery period (1.5 s)
+        consumer.stop()
+
+    consumer = PullConsumer(topic, "g", template=template, start="earliest", wait_ms=200)
+    try:
+        consumer.run(slow)
+        assert attempts == [1]
+        again = template.fetch(topic, "g", consumer.subscriber_id, wait_ms=0)
+        assert again == [], "handled and committed, never redelivered"
+    finally:
+        consumer.close()
+
+
+def test_template_seek_replays_from_a_timestamp(node: NodeProcess, template: Template, topic: str) -> None:
+    template.create_topic(topic, 2)
+    with PullConsumer(topic, "g", template=template, start="earliest", wait_ms=300) as consumer:
+        first = [template.send(topic, f"k{n}", {"n": n}) for n in range(3)]
+        time.sleep(0.01)
+        cut = int(time.time() * 1000)
+        later = [template.send(topic, f"k{n}", {"n": n}) for n in range(3, 6)]
+        got: list[Message] = []
+        for message in consumer:
+            got.append(message)
+            if len(got) == 6:
+                break
+        consumer.commit()
+        assert len(first) == 3
+        moved = template.seek(topic, "g", timestamp=cut)
+        assert moved == {p: min((c.offset for c in later if c.partition == p), default=moved[p]) for p in moved}
+        replay: list[Message] = []
+        for message in consumer:
+            replay.append(message)
+            if len(replay) == 3:
+                break
+    assert sorted(m.body["n"] for m in replay) == [3, 4, 5]
+    with pytest.raises(RuntimeError):
+        Message(id="x", topic=topic, partition=0, offset=0, key=None, body=None).nack()
