@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -73,3 +77,30 @@ def test_template_seek_replays_from_a_timestamp(node: NodeProcess, template: Tem
     assert sorted(m.body["n"] for m in replay) == [3, 4, 5]
     with pytest.raises(RuntimeError):
         Message(id="x", topic=topic, partition=0, offset=0, key=None, body=None).nack()
+
+
+def test_toymb_seek_moves_a_group_from_the_command_line(node: NodeProcess, template: Template, topic: str) -> None:
+    template.create_topic(topic, 2)
+    sent = [template.send(topic, f"k{n}", {"n": n}) for n in range(6)]
+    sid = template.register(topic, "g", mode="pull", start="latest").subscriber_id
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+    env["TOYMB_URLS"] = node.url
+
+    def toymb_seek(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "broker", "seek", topic, "g", *args], env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    done = toymb_seek("--to", "earliest", "--partition", "0")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"0": 0}
+    assert {m.id for m in template.fetch(topic, "g", sid, wait_ms=0)} == {c.id for c in sent if c.partition == 0}
+    p1 = [c for c in sent if c.partition == 1]
+    done = toymb_seek("--offset", f"1={p1[-1].offset}")
+    assert json.loads(done.stdout) == {"1": p1[-1].offset}
+    iso = toymb_seek("--timestamp", "2001-01-01T00:00:00")
+    assert iso.returncode == 0 and json.loads(iso.stdout) == {"0": 0, "1": 0}
+    for bad in (("--to", "earliest", "--timestamp", "1"), ("--offset", "x"), ("--timestamp", "yesterday"), ()):
+        assert toymb_seek(*bad).returncode != 0, bad
+    gone = subprocess.run([sys.executable, "-m", "broker", "seek", topic, "nogroup", "--to", "latest"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode != 0 and "does not exist" in gone.stderr
