@@ -29,8 +29,8 @@ routes = RouteTable("delivery")
 # ASCII digits only: int() would also take "٣", " 3" and "3_0", and raise on 5,000 digits.
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _REGISTER_FIELDS = {"mode", "url", "id", "start", "filter", "dead_letter", "format", "secret", "new_secret",
-                    "secret_overlap_ms"}
-_PUSH_ONLY = ("format", "secret", "new_secret", "secret_overlap_ms")
+                    "secret_overlap_ms", "signing"}
+_PUSH_ONLY = ("format", "secret", "new_secret", "secret_overlap_ms", "signing")
 
 
 def delivery() -> Delivery:
@@ -95,11 +95,15 @@ def register(topic: str, group: str) -> Any:
     filter_text, dead_letter = parse_filter(body.get("filter")), parse_dead_letter(body.get("dead_letter"))
     asked = None
     if mode == "push":
-        if body.get("new_secret") not in (None, True, False):
-            raise BadRequest("new_secret must be true or false", code="bad_secret")
+        for flag in ("new_secret", "signing"):
+            if body.get(flag) not in (None, True, False):
+                raise BadRequest(f"{flag} must be true or false", code="bad_secret")
+        if body.get("signing") is False and (body.get("secret") is not None or body.get("new_secret")):
+            raise BadRequest("an unsigned subscriber has no secret", code="bad_secret")
         asked = PushRequest(parse_format(body.get("format")),
                             None if body.get("secret") is None else parse_secret(body.get("secret")),
-                            body.get("new_secret") is True, parse_overlap(body.get("secret_overlap_ms")))
+                            body.get("new_secret") is True, parse_overlap(body.get("secret_overlap_ms")),
+                            body.get("signing") is not False)
     elif any(body.get(name) is not None for name in _PUSH_ONLY):
         raise BadRequest(f"{', '.join(_PUSH_ONLY)} are for push subscribers", code="bad_field")
     d = delivery()

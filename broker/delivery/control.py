@@ -34,6 +34,7 @@ class PushRequest:
     secret: str | None = None      # the caller's own secret
     new_secret: bool = False       # make a new one even though the subscriber has one
     overlap_ms: int = 0            # how long the previous secret stays valid
+    signing: bool = True           # False: pushes go unsigned (a trusted network, a benchmark)
 
 
 class DeliveryControl:
@@ -74,13 +75,16 @@ class DeliveryControl:
 
         A new subscriber gets a new secret unless it brought its own; an existing one keeps its
         secret unless it asks for a new one or brings another (rotation, with ``overlap_ms``).
+        With ``signing`` false it has no secret, and its pushes are not signed.
         """
         text = self.groups.options(topic, group).get(sid)
         current = PushOptions.from_text(text)
         fmt = asked.format or current.format
         reveal = None
         updated = PushOptions(fmt, current.secrets)
-        if asked.secret is not None and (not current.secrets or current.secrets[0][0] != asked.secret):
+        if not asked.signing:
+            updated = PushOptions(fmt, ())
+        elif asked.secret is not None and (not current.secrets or current.secrets[0][0] != asked.secret):
             updated = PushOptions(fmt, current.secrets).rotated(asked.secret, asked.overlap_ms, now_ms())
         elif asked.secret is None and (asked.new_secret or not current.secrets):
             reveal = new_secret()

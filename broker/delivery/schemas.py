@@ -38,6 +38,7 @@ def delivery_schemas(s: Settings) -> dict[str, Any]:
             "new_secret": {"type": "boolean", "description": "push only: make a new secret and return it"},
             "secret_overlap_ms": {"type": "integer", "minimum": 0, "maximum": MAX_OVERLAP_MS,
                                   "description": "push only: how long the previous secret stays valid"},
+            "signing": {"type": "boolean", "description": "push only: false sends pushes unsigned (default true)"},
         }, ("mode",), closed=True),
         "Nack": obj({"subscriber": SID_SCHEMA, "messages": positions}, ("subscriber", "messages"), closed=True),
         "Rewound": obj({"subscriber": SID_SCHEMA, "rewound": partitions}, ("subscriber", "rewound")),

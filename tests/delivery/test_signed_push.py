@@ -104,3 +104,18 @@ def test_a_subscriber_may_bring_its_own_secret_and_bad_ones_are_refused(steady: 
     assert resp.status_code == 400 and "push" in resp.json()["message"]
     resp = steady.post("/v1/topics/own/groups/g/subscribers/nobody/secret", {})
     assert resp.status_code == 404
+
+
+def test_an_unsigned_subscriber_gets_no_secret_and_no_signature(steady: LiveNode) -> None:
+    receiver = Receiver()
+    try:
+        answer = steady.subscribe("plain", "g", mode="push", url=receiver.url, signing=False)
+        assert "secret" not in answer
+        steady.publish("plain", [{"key": "a", "body": 1}])
+        wait_until(lambda: len(receiver.messages()) >= 1, timeout=30, what="a push")
+        assert "webhook-signature" not in receiver.raw[-1][0]
+    finally:
+        receiver.stop()
+    for bad in ({"signing": "no"}, {"signing": False, "new_secret": True}):
+        resp = steady.post("/v1/topics/plain/groups/g/subscribers", {"mode": "push", "url": receiver.url, **bad})
+        assert resp.status_code == 400, (bad, resp.text)
