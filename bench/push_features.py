@@ -74,7 +74,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
     with BenchNode() as node:
         fill(node.url, total)
         drain(node.url, "warm-up", total, {"signing": False})  # caches and connections warm, not measured
-        kinds = {"plain": {"signing": False}, "features": {"filter": FILTER}}
+        kinds: dict[str, dict[str, Any]] = {"plain": {"signing": False}, "features": {"filter": FILTER}}
         for n in range(rounds):
             # Alternate which kind goes first, so a drift of the machine does not favour one.
             for kind in (("plain", "features") if n % 2 == 0 else ("features", "plain")):

@@ -235,7 +235,8 @@ class Fetcher:
         """Give messages back for redelivery now: partition -> the offsets given back.
 
         The next fetch returns that offset again, and what followed it in the partition (order
-        is kept; the followers' fetches are not counted as attempts). Returns the partitions rewound (a message not in flight has nothing to give back).
+        is kept; the followers' fetches are not counted as attempts). Returns the partitions
+        rewound (a message not in flight has nothing to give back).
 
         Raises:
             Conflict: a partition is not assigned to ``sid``.

@@ -52,7 +52,8 @@ def test_ten_thousand_mixed_messages_reach_exactly_the_matching_groups_in_order(
             want = [m["id"] for m in sent if match({"topic": "mixed", "id": m["id"], "key": m["key"],
                                                     "headers": m["headers"]})]
             assert 0 < len(want) < len(sent)
-            wait_until(lambda r=receivers[name], n=len(want): len(r.messages()) >= n, timeout=120,
+            count = len(want)
+            wait_until(lambda r=receivers[name], n=count: len(r.messages()) >= n, timeout=120,
                        what=f"group {name} received its matches")
             got = receivers[name].messages()
             assert sorted(e["id"] for e in got) == sorted(want), f"{name}: exactly the matches, once"
