@@ -9,10 +9,11 @@ One topic is filled once (batches of 100, 256-byte bodies, three headers each). 
 - ``features``: a filter every message must be checked against (and matches, so both groups
   push the same messages) and Standard Webhooks signatures (HMAC-SHA256 over every push).
 
-After an unmeasured warm-up drain, each kind runs 3 times (2 with ``--quick``), interleaved and
-in alternating order, on fresh groups; the figure is the ratio of the
-median drain rates, measured in this run on this node (issue 21's target: at least 0.85, i.e.
-filters and signatures cost at most 15%). The receivers do not verify: the cost measured is the
+After an unmeasured warm-up drain, each kind runs 5 times (3 with ``--quick``), interleaved and
+in alternating order, on fresh groups; the figure is the median over the rounds of the ratio of
+the round's two drain rates (back to back, so the machine's drift touches both alike), measured
+in this run on this node (issue 21's target: at least 0.85, i.e. filters and signatures cost at
+most 15%). The receivers do not verify: the cost measured is the
 broker's.
 """
 
@@ -68,28 +69,31 @@ def drain(base: str, group: str, total: int, options: dict[str, Any]) -> float:
 
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
     """Measure the drain rates; print and write ``push_features.json``/``.png``."""
-    total = 5_000 if quick else 20_000
-    rounds = 2 if quick else 3
+    total = 5_000 if quick else 10_000
+    rounds = 3 if quick else 5
     rates: dict[str, list[float]] = {"plain": [], "features": []}
+    kinds: dict[str, dict[str, Any]] = {"plain": {"signing": False}, "features": {"filter": FILTER}}
     with BenchNode() as node:
         fill(node.url, total)
         drain(node.url, "warm-up", total, {"signing": False})  # caches and connections warm, not measured
-        kinds: dict[str, dict[str, Any]] = {"plain": {"signing": False}, "features": {"filter": FILTER}}
         for n in range(rounds):
             # Alternate which kind goes first, so a drift of the machine does not favour one.
             for kind in (("plain", "features") if n % 2 == 0 else ("features", "plain")):
                 rates[kind].append(drain(node.url, f"{kind}-{n}", total, kinds[kind]))
-    plain, features = statistics.median(rates["plain"]), statistics.median(rates["features"])
+    # Each round's two drains ran back to back: their ratio is the least exposed to the machine's drift.
+    pairs = [f / p for f, p in zip(rates["features"], rates["plain"], strict=True)]
+    ratio = statistics.median(pairs)
     results = {"quick": quick, "messages": total, "rounds": rounds, "filter": FILTER,
-               "plain_msg_s": rates["plain"], "features_msg_s": rates["features"],
-               "plain_median_msg_s": plain, "features_median_msg_s": features,
-               "features_over_plain": features / plain}
+               "plain_msg_s": rates["plain"], "features_msg_s": rates["features"], "round_ratios": pairs,
+               "plain_median_msg_s": statistics.median(rates["plain"]),
+               "features_median_msg_s": statistics.median(rates["features"]), "features_over_plain": ratio}
     report("push with filters and signatures", {
-        "push drain, no filter, unsigned (msg/s, median)": plain,
-        "push drain, filter + signatures (msg/s, median)": features,
-        "features / plain (target >= 0.85)": features / plain,
+        "push drain, no filter, unsigned (msg/s, median)": results["plain_median_msg_s"],
+        "push drain, filter + signatures (msg/s, median)": results["features_median_msg_s"],
+        "features / plain, median of the rounds (target >= 0.85)": ratio,
+        "features / plain, lowest round": min(pairs),
     })
-    write_results(out_dir, "push_features", results, bars={"features / plain": features / plain})
+    write_results(out_dir, "push_features", results, bars={"features / plain": ratio})
     return results
 
 
