@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 from ..background import Worker
 from ..errors import BrokerError
 from ..store import GroupRepository
-from .formats import envelope_json, single_body
+from .formats import fit_envelopes, single_body
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .options import GroupPolicy, PushOptions
 from .push import backoff_s, batch_body, compat_body
 from .pusher import Outcome, Pusher
-from .signing import push_headers
+from .signing import push_headers, push_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -325,7 +325,7 @@ class Dispatcher:
         def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
             return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
 
-        rows, envelopes = self._fit(read, wanted, attempt)
+        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes)
         # Below the cap, the read took everything each partition had; otherwise look again.
         more = len(read) >= limit or len(rows) < len(read)
         got = {r.partition for r in rows}
@@ -371,13 +371,7 @@ class Dispatcher:
     def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]], body: bytes) -> dict[str, str]:
         """The signature headers of a push (none when the subscriber has no secret)."""
         pushed = [(r.partition, r.offset) for r in rows if (r.partition, r.offset) in wanted]
-        return push_headers(target.sub.id, target.options, self._push_id(target, pushed), body)
-
-    @staticmethod
-    def _push_id(target: Target, pushed: list[tuple[int, int]]) -> str:
-        """The same id on every retry of the same push (Standard Webhooks' ``webhook-id``)."""
-        first, last = pushed[0], pushed[-1]
-        return f"toymb_{target.sub.group}_{first[0]}_{first[1]}_{last[0]}_{last[1]}_{len(pushed)}"
+        return push_headers(target.sub.id, target.options, push_id(target.sub.group, pushed), body)
 
     def _post_one(self, state: GroupLanes, target: Target, row: Any, attempt: int) -> Outcome:
         """Push one message alone: to a ToyMB receiver, or in a one-message format."""
@@ -385,26 +379,8 @@ class Dispatcher:
         if sub.compat:
             return self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
         body, headers = single_body(target.options.format, row, sub.id, state.group, attempt)
-        headers.update(push_headers(sub.id, target.options, self._push_id(target, [(row.partition, row.offset)]),
-                                    body))
+        headers.update(push_headers(sub.id, target.options, push_id(sub.group, [(row.partition, row.offset)]), body))
         return self.pusher.post(str(sub.url), body, headers)
-
-    def _fit(self, rows: list[Any], wanted: set[tuple[int, int]],
-             attempt: Callable[[Any], int]) -> tuple[list[Any], list[str]]:
-        """Keep a prefix of the rows whose wanted messages weigh at most ``push_max_bytes`` (at least one
-        message); the envelopes of the wanted ones. Filtered-out rows weigh nothing: they are not sent."""
-        kept: list[Any] = []
-        envelopes: list[str] = []
-        total = 0
-        for row in rows:
-            if (row.partition, row.offset) in wanted:
-                text = envelope_json(row, attempt(row))
-                total += len(text)
-                if envelopes and total > self.settings.push_max_bytes:
-                    break
-                envelopes.append(text)
-            kept.append(row)
-        return kept, envelopes
 
     def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int,
                generations: dict[int, int]) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -39,6 +40,24 @@ def header_value(value: str) -> str:
 def envelope_json(row: MessageRow, attempt: int) -> str:
     """A message's JSON envelope with its ``delivery_attempt`` (counted from 1)."""
     return json.dumps({**render_row(row), "delivery_attempt": attempt}, separators=(",", ":"), ensure_ascii=False)
+
+
+def fit_envelopes(rows: list[Any], wanted: set[tuple[int, int]], attempt: Callable[[Any], int],
+                  max_bytes: int) -> tuple[list[Any], list[str]]:
+    """A prefix of ``rows`` whose wanted messages' envelopes weigh at most ``max_bytes`` (at least
+    one), and those envelopes. Rows a filter left out weigh nothing: they are not sent."""
+    kept: list[Any] = []
+    envelopes: list[str] = []
+    total = 0
+    for row in rows:
+        if (row.partition, row.offset) in wanted:
+            text = envelope_json(row, attempt(row))
+            total += len(text)
+            if envelopes and total > max_bytes:
+                break
+            envelopes.append(text)
+        kept.append(row)
+    return kept, envelopes
 
 
 def _time(row: MessageRow) -> str:

@@ -23,3 +23,9 @@ def push_headers(subscriber_id: str, options: PushOptions, push_id: str, body: b
     if keys:
         headers.update(signature_headers(keys, push_id, body))
     return headers
+
+
+def push_id(group: str, pushed: list[tuple[int, int]]) -> str:
+    """A push's ``webhook-id``: the same on every retry of the same messages to the same group."""
+    first, last = pushed[0], pushed[-1]
+    return f"toymb_{group}_{first[0]}_{first[1]}_{last[0]}_{last[1]}_{len(pushed)}"
