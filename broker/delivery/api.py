@@ -57,6 +57,20 @@ def _int_arg(name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+def parse_offsets(raw: Any, topic: str, partitions: int) -> dict[int, int]:
+    """``{"17": 42, ...}`` (partition number as a string -> offset), checked against the topic."""
+    if not isinstance(raw, dict):
+        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
+    offsets: dict[int, int] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
+            raise BadRequest(f"{str(key)[:40]!r} is not a partition of {topic!r}", code="bad_offsets")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
+            raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
+        offsets[int(key)] = value
+    return offsets
+
+
 def _member(topic: str, group: str, sid: Any, mode: str) -> Any:
     """The subscriber ``sid`` of this group, checked to be a ``mode`` subscriber."""
     sub = delivery().subscriber(check_subscriber_id(sid))
@@ -174,17 +188,7 @@ def commit(topic: str, group: str) -> Any:
     unknown = set(body) - {"subscriber", "offsets"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}", code="bad_field")
-    partitions = node().topic(topic).partitions
-    raw = body.get("offsets")
-    if not isinstance(raw, dict):
-        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
-    offsets: dict[int, int] = {}
-    for key, value in raw.items():
-        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
-            raise BadRequest(f"{key[:40]!r} is not a partition of {topic!r}", code="bad_offsets")
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
-            raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
-        offsets[int(key)] = value
+    offsets = parse_offsets(body.get("offsets"), topic, node().topic(topic).partitions)
     d = delivery()
     sub = d.touch(_member(topic, group, body.get("subscriber"), "pull"))
     acknowledged = d.fetcher.commit(topic, group, sub.id, offsets)

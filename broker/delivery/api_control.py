@@ -12,7 +12,7 @@ from ..api.docs import body, errors, json_answer, ref
 from ..api.routes import ADMIN, CONSUME, RouteTable
 from ..errors import BadRequest
 from ..publish import check_name
-from .api import _DIGITS, _member, check_subscriber_id, delivery
+from .api import _member, check_subscriber_id, delivery, parse_offsets
 from .control import SEEK_TARGETS
 from .options import parse_overlap, parse_secret
 from .pull import MAX_EXTEND_MS
@@ -36,18 +36,6 @@ def _whole(value: Any, what: str, high: int = (1 << 63) - 1) -> int:
     return value
 
 
-def _partition_map(raw: Any, partitions: int) -> dict[int, int]:
-    """``{"17": 42, ...}`` checked against the topic's partitions."""
-    if not isinstance(raw, dict) or len(raw) > partitions:
-        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
-    out: dict[int, int] = {}
-    for key, value in raw.items():
-        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
-            raise BadRequest(f"{str(key)[:40]!r} is not a partition of the topic", code="bad_offsets")
-        out[int(key)] = _whole(value, f"offset of partition {key}")
-    return out
-
-
 def _positions(raw: Any, partitions: int) -> dict[int, set[int]]:
     """``[{"partition": p, "offset": o}, ...]`` -> partition -> the offsets named."""
     if not isinstance(raw, list) or not 0 < len(raw) <= _MAX_POSITIONS:
@@ -62,15 +50,14 @@ def _positions(raw: Any, partitions: int) -> dict[int, set[int]]:
     return out
 
 
-def _pull_member(topic: str, group: str, body: dict[str, Any]) -> Any:
-    d = delivery()
-    return d.touch(_member(topic, group, body.get("subscriber"), "pull"))
-
-
-_POSITIONS_DOC = {"type": "array", "minItems": 1, "maxItems": _MAX_POSITIONS,
-                  "items": {"type": "object", "additionalProperties": False, "required": ["partition", "offset"],
-                            "properties": {"partition": {"type": "integer", "minimum": 0},
-                                           "offset": {"type": "integer", "minimum": 0}}}}
+def _settling(topic: str, group: str, allowed: set[str]) -> tuple[dict[str, Any], dict[int, set[int]], Any]:
+    """A nack or extend request: its body, the messages it names per partition, its pull subscriber."""
+    check_name(group, "group")
+    payload = json_object()
+    _fields(payload, allowed)
+    positions = _positions(payload.get("messages"), node().topic(topic).partitions)
+    sub = delivery().touch(_member(topic, group, payload.get("subscriber"), "pull"))
+    return payload, positions, sub
 
 
 @routes.add("POST", "/v1/topics/<topic>/groups/<group>/nack", role=CONSUME, topic="path", forward=True,
@@ -78,11 +65,7 @@ _POSITIONS_DOC = {"type": "array", "minItems": 1, "maxItems": _MAX_POSITIONS,
                 "requestBody": body(ref("Nack")),
                 "responses": {"200": json_answer(ref("Rewound")), **errors("404", "409")}})
 def nack(topic: str, group: str) -> Any:
-    check_name(group, "group")
-    payload = json_object()
-    _fields(payload, {"subscriber", "messages"})
-    positions = _positions(payload.get("messages"), node().topic(topic).partitions)
-    sub = _pull_member(topic, group, payload)
+    _, positions, sub = _settling(topic, group, {"subscriber", "messages"})
     rewound = delivery().fetcher.nack(topic, group, sub.id, positions)
     return jsonify(subscriber=sub.id, rewound=rewound)
 
@@ -92,12 +75,8 @@ def nack(topic: str, group: str) -> Any:
                 "requestBody": body(ref("Extend")),
                 "responses": {"200": json_answer(ref("Extended")), **errors("404", "409")}})
 def extend(topic: str, group: str) -> Any:
-    check_name(group, "group")
-    payload = json_object()
-    _fields(payload, {"subscriber", "messages", "extend_ms"})
-    positions = _positions(payload.get("messages"), node().topic(topic).partitions)
+    payload, positions, sub = _settling(topic, group, {"subscriber", "messages", "extend_ms"})
     extend_ms = _whole(payload.get("extend_ms", node().settings.redelivery_ms), "extend_ms", MAX_EXTEND_MS)
-    sub = _pull_member(topic, group, payload)
     extended = delivery().fetcher.extend(topic, group, sub.id, positions, extend_ms)
     return jsonify(subscriber=sub.id, extended=extended, extend_ms=extend_ms)
 
@@ -120,7 +99,7 @@ def seek(topic: str, group: str) -> Any:
     timestamp = payload.get("timestamp")
     if timestamp is not None:
         timestamp = _whole(timestamp, "timestamp", _MAX_TIMESTAMP)
-    offsets = None if payload.get("offsets") is None else _partition_map(payload["offsets"], count)
+    offsets = None if payload.get("offsets") is None else parse_offsets(payload["offsets"], topic, count)
     partitions = payload.get("partitions")
     if partitions is not None:
         if not isinstance(partitions, list) or not 0 < len(partitions) <= count:
