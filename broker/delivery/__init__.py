@@ -154,4 +154,5 @@ class Delivery:
             "total_lag": total,
             "partitions": rows,
             "checked_ms": int(time.time() * 1000),
+            **self.policies.get(topic, group).to_json(),  # its filter and dead-letter policy, if any
         }

@@ -98,6 +98,7 @@ def test_bad_filters_are_refused_and_a_filter_is_fixed_once_set(steady: LiveNode
         resp = steady.post("/v1/topics/f/groups/g/subscribers", {"mode": "pull", "filter": bad})
         assert resp.status_code == 400 and resp.json()["error"] == "bad_filter", (bad, resp.text)
     steady.subscribe("f", "g", mode="pull", filter="msg.key==a")
+    assert steady.group("f", "g")["filter"] == "msg.key==a", "the group's state shows its filter"
     steady.subscribe("f", "g", mode="pull", filter="msg.key==a")
     steady.subscribe("f", "g", mode="pull")
     other = steady.post("/v1/topics/f/groups/g/subscribers", {"mode": "pull", "filter": "msg.key==b"})
