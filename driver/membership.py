@@ -89,7 +89,9 @@ class Membership:
         answer = self.template.register(sub.topic, sub.group, mode=self.mode, url=self.url,
                                         subscriber_id=self.subscriber_id, start=sub.start,
                                         new_secret=True if signed else None,
-                                        secret_overlap_ms=SECRET_OVERLAP_MS if signed else None)
+                                        secret_overlap_ms=SECRET_OVERLAP_MS if signed else None,
+                                        filter=sub.filter,
+                                        dead_letter=None if sub.dead_letter is None else dict(sub.dead_letter))
         secret = answer.raw.get("secret")
         if signed and isinstance(secret, str) and self.on_secret is not None:
             self.on_secret(secret)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from .client import Template
@@ -45,12 +45,15 @@ class PullConsumer:
         max_messages: most messages per fetch.
         wait_ms: how long one fetch waits for messages.
         heartbeat_s: heartbeat period override.
+        filter: the group's filter (see :func:`~driver.subscribe.subscribe`).
+        dead_letter: the group's dead-letter policy (see :func:`~driver.subscribe.subscribe`).
     """
 
     def __init__(self, topic: str, group: str, *, template: Template | None = None,
                  subscriber_id: str | None = None, app_name: str | None = None,
                  start: Literal["latest", "earliest"] = "latest", max_messages: int = 100,
-                 wait_ms: int = 5000, heartbeat_s: float | None = None) -> None:
+                 wait_ms: int = 5000, heartbeat_s: float | None = None, filter: str | None = None,
+                 dead_letter: Mapping[str, int] | None = None) -> None:
         check_name(topic, "topic")
         check_name(group, "group")
         if not 1 <= max_messages <= 1000:
@@ -64,7 +67,7 @@ class PullConsumer:
         self.subscriber_id = check_name(subscriber_id, "subscriber id") if subscriber_id else \
             derive_id("pull", topic, group, app_name=app_name)
         sub = Subscription(topic=topic, group=group, target=PullConsumer, subscriber_id=self.subscriber_id,
-                           start=start)
+                           start=start, filter=filter, dead_letter=dead_letter)
         self.membership = Membership(self.template, sub, self.subscriber_id, mode="pull",
                                      heartbeat_s=heartbeat_s)
         # Handled but not yet committed: partition -> highest handled offset.

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from driver import Message, PullConsumer, Template
-from tests.support import NodeProcess
+from driver import Consumer, Message, PullConsumer, Template, subscribe
+from tests.support import NodeProcess, wait_until
 
 
 def test_nack_redelivers_at_once_with_the_next_attempt_and_keeps_order(node: NodeProcess, template: Template,
@@ -104,3 +104,30 @@ def test_toymb_seek_moves_a_group_from_the_command_line(node: NodeProcess, templ
     gone = subprocess.run([sys.executable, "-m", "broker", "seek", topic, "nogroup", "--to", "latest"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert gone.returncode != 0 and "does not exist" in gone.stderr
+
+
+def test_subscribe_and_pull_consumer_carry_the_groups_filter(node: NodeProcess, template: Template,
+                                                            topic: str) -> None:
+    pushed: list[Message] = []
+
+    @subscribe(topic=topic, group="eu-push", start="earliest", filter="msg.header.region^=eu-",
+               dead_letter={"max_attempts": 3})
+    def handle(message: Message) -> None:
+        pushed.append(message)
+
+    template.create_topic(topic, 2)
+    for n, region in enumerate(["eu-west", "us-east", "eu-north", "ap"]):
+        template.send(topic, f"k{n}", {"n": n}, headers={"region": region})
+    with Consumer(handle, template=template, app_name="filters") as consumer:
+        assert consumer.wait_registered(30)
+        pulled: list[Message] = []
+        with PullConsumer(topic, "eu-pull", template=template, start="earliest", wait_ms=300,
+                          filter="msg.header.region^=eu-") as puller:
+            for message in puller:
+                pulled.append(message)
+                if len(pulled) == 2:
+                    break
+        wait_until(lambda: len(pushed) >= 2, timeout=30, what="the matching pushes")
+    assert sorted(m.body["n"] for m in pushed) == [0, 2] == sorted(m.body["n"] for m in pulled)
+    info = template.group_info(topic, "eu-push")
+    assert info["filter"] == "msg.header.region^=eu-" and info["dead_letter"]["max_attempts"] == 3
