@@ -18,6 +18,7 @@ from .cluster import api as cluster_api
 from .config import Settings
 from .console import routes as console_routes
 from .delivery import api as delivery_api
+from .delivery import api_control as delivery_control
 from .delivery import compat as delivery_compat
 from .delivery.api import check_subscriber_id
 from .publish import check_name
@@ -55,7 +56,7 @@ def register_error_handlers(app: Flask) -> None:
 
 # Every endpoint of a node, in the order the OpenAPI document lists them.
 ROUTE_TABLES = (health.routes, openapi.routes, cluster_api.routes, topics.routes, delivery_api.routes,
-                compat.routes, delivery_compat.routes, console_routes)
+                compat.routes, delivery_compat.routes, delivery_control.routes, console_routes)
 
 
 def _request_topic(route: Route, path: dict[str, Any]) -> str:

@@ -54,6 +54,7 @@ def _add_optional(module_name: str, attr: str) -> None:
 main.add_command(status)
 _add_optional("journal_spark.cli", "journal")
 _add_optional("driver.cli", "consume")
+_add_optional("driver.seek_cli", "seek")
 _add_optional("bench.cli", "bench")
 _add_optional("journal_spark.jms.cli", "bridge")
 
