@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Private ActiveMQ 5.17 (Debian package) instance for toymb tests.
 #   services/activemq.sh start|stop|stop --kill|kill|restart|status|logs
+#   services/activemq.sh foreground   # run the broker as this process (a container's command)
+#   Env: TOYMB_AMQ_BIND_HOST (the connectors' address, default 127.0.0.1), TOYMB_AMQ_*_PORT, TOYMB_AMQ_HEAP.
 # Ports: OpenWire tcp://127.0.0.1:61616, STOMP stomp://127.0.0.1:61613.
 # Optional STOMP over TLS (a stomp+ssl connector), for a second port:
 #   TOYMB_AMQ_STOMP_SSL_PORT=PORT TOYMB_AMQ_KEYSTORE=server.p12 TOYMB_AMQ_KEYSTORE_PASSWORD=secret
@@ -13,6 +15,8 @@ svc_init activemq
 PID_MATCH="activemq.jar"
 
 AMQ_HOST=127.0.0.1
+# The connectors' address: a container binds every interface (deploy/activemq/Dockerfile).
+AMQ_BIND_HOST="${TOYMB_AMQ_BIND_HOST:-$AMQ_HOST}"
 AMQ_OPENWIRE_PORT="${TOYMB_AMQ_OPENWIRE_PORT:-61616}"
 AMQ_STOMP_PORT="${TOYMB_AMQ_STOMP_PORT:-61613}"
 AMQ_HOME=/usr/share/activemq
@@ -80,7 +84,7 @@ log4j.appender.logfile.layout=org.apache.log4j.PatternLayout
 log4j.appender.logfile.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
 EOF
     python3 - "$AMQ_TEMPLATE/activemq.xml" "$CONF_DIR/activemq.xml.tmp" \
-        "$AMQ_HOST" "$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT" "$AMQ_STOMP_SSL_PORT" "$AMQ_KEYSTORE" \
+        "$AMQ_BIND_HOST" "$AMQ_OPENWIRE_PORT" "$AMQ_STOMP_PORT" "$AMQ_STOMP_SSL_PORT" "$AMQ_KEYSTORE" \
         "$AMQ_KEYSTORE_PASSWORD" <<'PY'
 import re, sys
 from xml.sax.saxutils import quoteattr
@@ -129,19 +133,29 @@ PY
     mv "$CONF_DIR/activemq.xml.tmp" "$CONF_DIR/activemq.xml"
 }
 
-svc_launch() {
-    write_config
-    # shellcheck disable=SC2086
-    start_detached "$LOGFILE" java $AMQ_HEAP \
-        -Dorg.apache.activemq.UseDedicatedTaskRunner=true \
-        -Djava.awt.headless=true \
-        -Dlog4j.configuration="file:$CONF_DIR/log4j.properties" \
-        -Dactivemq.base="$STATE_DIR" \
-        -Dactivemq.home="$AMQ_HOME" \
-        -Dactivemq.conf="$CONF_DIR" \
-        -Dactivemq.data="$DATA_DIR" \
-        -Djava.io.tmpdir="$DATA_DIR/tmp" \
-        -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$CONF_DIR/activemq.xml"
+# broker_command: the broker's command line, in BROKER_CMD.
+broker_command() {
+    # shellcheck disable=SC2206
+    BROKER_CMD=(java $AMQ_HEAP
+        -Dorg.apache.activemq.UseDedicatedTaskRunner=true
+        -Djava.awt.headless=true
+        -Dlog4j.configuration="file:$CONF_DIR/log4j.properties"
+        -Dactivemq.base="$STATE_DIR"
+        -Dactivemq.home="$AMQ_HOME"
+        -Dactivemq.conf="$CONF_DIR"
+        -Dactivemq.data="$DATA_DIR"
+        -Djava.io.tmpdir="$DATA_DIR/tmp"
+        -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$CONF_DIR/activemq.xml")
 }
 
-svc_main "$@"
+svc_launch() {
+    write_config
+    broker_command
+    start_detached "$LOGFILE" "${BROKER_CMD[@]}"
+}
+
+case "${1:-}" in
+    # The broker as this process (a container's command): no detaching, no pid file.
+    foreground) install; write_config; broker_command; exec "${BROKER_CMD[@]}" ;;
+    *) svc_main "$@" ;;
+esac

@@ -6,9 +6,12 @@
 #   services/kafka.sh create-topic NAME PARTITIONS [key=value ...]   # idempotent
 #   services/kafka.sh delete-topic NAME | list-topics | describe-topic NAME
 #   services/kafka.sh install                   # only fetch the jars
+#   services/kafka.sh foreground                # run the broker as this process (a container's command)
 # Ports: PLAINTEXT 127.0.0.1:9092, CONTROLLER 127.0.0.1:9093.
 # Env: TOYMB_KAFKA_VERSION (default 4.1.2), TOYMB_KAFKA_HEAP (default -Xmx768M),
-#      TOYMB_KAFKA_LIB_DIR (jars fetched already, e.g. another instance's libs-<version>).
+#      TOYMB_KAFKA_LIB_DIR (jars fetched already, e.g. another instance's libs-<version>),
+#      TOYMB_KAFKA_LISTEN_HOST / TOYMB_KAFKA_ADVERTISED_HOST (PLAINTEXT listener; default 127.0.0.1),
+#      TOYMB_KAFKA_TOPICS (foreground: "NAME:PARTITIONS,..." created once the broker is up).
 # Optional SASL/PLAIN listener with the standard authorizer (ACLs), on another port:
 #   TOYMB_KAFKA_SASL_PORT=PORT TOYMB_KAFKA_SASL_USERS="admin:secret,job:secret"
 # `admin` and the PLAINTEXT/CONTROLLER principal (User:ANONYMOUS) are super users, so the
@@ -20,6 +23,9 @@ PID_MATCH="kafka.Kafka"
 KAFKA_VERSION="${TOYMB_KAFKA_VERSION:-4.1.2}"
 LOG4J_VERSION="${TOYMB_KAFKA_LOG4J_VERSION:-2.25.3}"
 KAFKA_HOST=127.0.0.1
+# A container binds every interface and names itself by its service name (deploy/kafka/Dockerfile).
+KAFKA_LISTEN_HOST="${TOYMB_KAFKA_LISTEN_HOST:-$KAFKA_HOST}"
+KAFKA_ADVERTISED_HOST="${TOYMB_KAFKA_ADVERTISED_HOST:-$KAFKA_HOST}"
 KAFKA_PORT="${TOYMB_KAFKA_PORT:-9092}"
 KAFKA_CONTROLLER_PORT="${TOYMB_KAFKA_CONTROLLER_PORT:-9093}"
 KAFKA_HEAP="${TOYMB_KAFKA_HEAP:--Xmx768M -Xms256M}"
@@ -150,8 +156,8 @@ EOF
 
 write_config() {
     mkdir -p "$CONF_DIR" "$DATA_DIR" "$SERVER_LOG_DIR"
-    local listeners="PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT"
-    local advertised="PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT"
+    local listeners="PLAINTEXT://$KAFKA_LISTEN_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT"
+    local advertised="PLAINTEXT://$KAFKA_ADVERTISED_HOST:$KAFKA_PORT"
     local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
     if [[ -n "$KAFKA_SASL_PORT" ]]; then
         listeners+=",SASL_PLAINTEXT://$KAFKA_HOST:$KAFKA_SASL_PORT"
@@ -258,18 +264,24 @@ print(c)')"
 }
 
 # ---------------------------------------------------------------- control ---
+# broker_command: the broker's command line, in BROKER_CMD.
+broker_command() {
+    # shellcheck disable=SC2206
+    BROKER_CMD=(java $KAFKA_HEAP
+        -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+        -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true
+        -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties"
+        -Dkafka.logs.dir="$SERVER_LOG_DIR"
+        -cp "$LIB_DIR/*" "$MAIN_BROKER" "$CONF_DIR/server.properties")
+}
+
 svc_launch() {
     write_config
     format_storage
     LOG_OFFSET=0
     [[ -f "$SERVER_LOG_DIR/server.log" ]] && LOG_OFFSET="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
-    # shellcheck disable=SC2086
-    start_detached "$LOGFILE" java $KAFKA_HEAP \
-        -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
-        -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
-        -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" \
-        -Dkafka.logs.dir="$SERVER_LOG_DIR" \
-        -cp "$LIB_DIR/*" "$MAIN_BROKER" "$CONF_DIR/server.properties"
+    broker_command
+    start_detached "$LOGFILE" "${BROKER_CMD[@]}"
 }
 
 # The listener socket is bound before the broker has finished starting up;
@@ -286,6 +298,25 @@ svc_after_ports() {
     done
 }
 
+# create_topics_when_up "NAME:PARTITIONS,...": for `foreground` (a container), whose users cannot
+# run create-topic before their first client connects: once the broker answers, create the topics,
+# then write $READY_MARKER (the container's health check looks for it).
+READY_MARKER="$STATE_DIR/ready"
+create_topics_when_up() {
+    local deadline=$((SECONDS + 180)) spec name parts
+    until port_open "$KAFKA_HOST" "$KAFKA_PORT" && grep -qs 'Kafka Server started' "$SERVER_LOG_DIR/server.log"; do
+        ((SECONDS < deadline)) || die "the broker did not start in 180 s; topics not created"
+        sleep 1
+    done
+    IFS=, read -ra spec <<<"$1"
+    for spec in "${spec[@]}"; do
+        name="${spec%%:*}"; parts="${spec#*:}"; [[ $parts == "$spec" ]] && parts=1
+        run_java "$MAIN_TOPICS" --bootstrap-server "$BOOTSTRAP" --create --if-not-exists \
+            --topic "$name" --partitions "$parts" --replication-factor 1 >&2 || die "cannot create topic $name"
+    done
+    touch "$READY_MARKER"
+}
+
 need_running() {
     svc_ready || die "kafka is not running (services/kafka.sh start)"
     [[ -f "$CONF_DIR/tools-log4j2.properties" ]] || write_config
@@ -293,6 +324,12 @@ need_running() {
 
 case "${1:-}" in
     install) with_lock; install ;;
+    foreground)
+        [[ -f "$LIB_MARKER" ]] || { with_lock; install; }
+        write_config; format_storage; broker_command
+        rm -f "$READY_MARKER" "$SERVER_LOG_DIR/server.log"   # this run's "started" line only
+        create_topics_when_up "${TOYMB_KAFKA_TOPICS:-}" &
+        exec "${BROKER_CMD[@]}" ;;
     classpath)
         if [[ ! -f "$LIB_MARKER" ]]; then with_lock; install; fi
         classpath ;;

@@ -1,38 +1,17 @@
-"""docker-compose.yml, run as local processes (no Docker engine on these machines)."""
+"""docker-compose.yml's settings, its nodes run as local processes (test_docker_cluster.py: on an engine)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
 
 import requests
-import yaml
 
+from tests.packaging.compose_cluster import TOKENS, compose_file, resolve
 from tests.support import ROOT, NodeProcess, free_port, wait_until
-
-TOKENS = "pub=publish,sub=consume,root=admin"
-
-
-def _compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-
-
-def _resolve(value: Any, env: dict[str, str]) -> str:
-    """Expand ``${NAME:?msg}`` and ``${NAME:-default}`` as compose does."""
-    def sub(match: re.Match[str]) -> str:
-        name, op, rest = match.group(1), match.group(2) or "", match.group(3) or ""
-        if name in env:
-            return env[name]
-        if op == ":-":
-            return rest
-        raise AssertionError(f"compose needs {name}: {rest}")
-
-    return re.sub(r"\$\{([A-Z_]+)(:[-?])?([^}]*)\}", sub, str(value))
 
 
 def test_compose_declares_the_cluster() -> None:
-    services = _compose()["services"]
+    services = compose_file()["services"]
     assert {"postgres", "toymb-1", "toymb-2", "toymb-3", "kafka", "activemq", "journal"} <= set(services)
     assert services["journal"]["command"][:2] == ["journal", "run"]
     routes = services["journal"]["command"][services["journal"]["command"].index("--routes") + 1]
@@ -46,11 +25,12 @@ def test_compose_declares_the_cluster() -> None:
 
 
 def test_compose_nodes_form_a_cluster_as_local_processes(tmp_path: Path, pg_url: str) -> None:
-    services = _compose()["services"]
+    services = compose_file()["services"]
     nodes: list[NodeProcess] = []
     try:
         for name in ("toymb-1", "toymb-2", "toymb-3"):
-            env = {k: _resolve(v, {"TOYMB_TOKENS": TOKENS, "TOYMB_CLUSTER_TOKEN": "cluster-secret"})
+            env = {k: resolve(v, {"TOYMB_TOKENS": TOKENS, "TOYMB_CLUSTER_TOKEN": "cluster-secret",
+                                   "TOYMB_PG_PASSWORD": "unused"})
                    for k, v in services[name]["environment"].items()}
             assert services[name]["command"] == ["serve"]
             port = free_port()
