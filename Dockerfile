@@ -12,29 +12,29 @@ RUN set -e; if ! command -v python3 >/dev/null; then \
       apt-get update -q && apt-get install -y -q --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*; fi; \
     useradd --system --uid 10001 --user-group --home-dir /data toymb && mkdir -p /data && chown toymb:toymb /data
 
-# The virtualenv, built apart: pip, wheels and caches stay out of the final images.
-FROM runtime AS build
+# The virtualenv, built apart: pip, wheels and caches stay out of the final images. Dependencies
+# first, in layers of their own, so a change of code reuses them; every one ships as a wheel (no compiler).
+FROM runtime AS deps
 RUN set -e; if ! python3 -c 'import ensurepip' 2>/dev/null; then \
       apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && rm -rf /var/lib/apt/lists/*; fi; \
     python3 -m venv /opt/toymb
 COPY pyproject.toml deploy/requirements.py /src/
-# Dependencies first (a code change reuses this layer); every one ships as a wheel, so no compiler.
 RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml >/src/requirements.txt \
  && /opt/toymb/bin/pip install -q --no-cache-dir --only-binary=:all: -r /src/requirements.txt
+
+FROM deps AS build
 COPY README.md /src/
 COPY broker /src/broker
 COPY driver /src/driver
 COPY journal_spark /src/journal_spark
 COPY bench /src/bench
-RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src
+RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
+ && /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
-# (The classic builder builds every stage before its target: the node's come first.)
-FROM build AS node-venv
-RUN /opt/toymb/bin/pip uninstall -q -y pip setuptools
-
-# A node: `docker run toymb-node serve --help`.
+# A node: `docker run toymb-node serve --help`. (The classic builder builds every stage before its
+# target: the node's come first.)
 FROM runtime AS node
-COPY --from=node-venv /opt/toymb /opt/toymb
+COPY --from=build /opt/toymb /opt/toymb
 ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data TOYMB_PORT=8080 PYTHONDONTWRITEBYTECODE=1
 USER toymb
 WORKDIR /data
@@ -45,10 +45,14 @@ HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=6 \
 ENTRYPOINT ["toymb"]
 CMD ["serve"]
 
-FROM build AS build-journal
+FROM deps AS deps-journal
 # pyspark is published as a source archive only: pip builds its (pure Python) wheel.
 RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml --no-core journal >/src/journal.txt \
- && /opt/toymb/bin/pip install -q --no-cache-dir --use-pep517 -r /src/journal.txt \
+ && /opt/toymb/bin/pip install -q --no-cache-dir --use-pep517 -r /src/journal.txt
+
+FROM deps-journal AS build-journal
+COPY --from=build /src /src
+RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
  && /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
 # The journal: Java for Spark, the same virtualenv with the journal extras.

@@ -41,14 +41,22 @@ def serve(config_file: str | None, **flags: Any) -> None:
         raise click.ClickException(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}") from None
 
 
-def _add_optional(module_name: str, attr: str) -> None:
+_OWN_PACKAGES = {"broker", "driver", "journal_spark", "nats_bridge", "bench"}
+
+
+def _add_optional(module_name: str, attr: str, group: click.Group | None = None, name: str | None = None) -> None:
+    """Add a command whose module, or whose extra's third-party packages, may not be installed
+    (a node installed without ``[journal]`` has ``journal_spark`` but not ``stomp``). A module of
+    our own packages missing under one that is installed is a bug, and still raises."""
     try:
         module = __import__(module_name, fromlist=[attr])
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
+        missing = exc.name or ""
+        if missing != module_name and not module_name.startswith(missing + ".") \
+                and missing.split(".")[0] in _OWN_PACKAGES:
             raise
         return
-    main.add_command(getattr(module, attr))
+    (group or main).add_command(getattr(module, attr), name)
 
 
 main.add_command(status)
@@ -62,13 +70,9 @@ _add_optional("journal_spark.jms.cli", "bridge")
 def _add_ingress_commands() -> None:
     """``toymb journal ingress`` (Kafka) and ``toymb journal jms-ingress`` (JMS) beside ``run``."""
     journal = main.commands.get("journal")
-    if not isinstance(journal, click.Group):
-        return
-    from journal_spark.ingress_cli import ingress
-    from journal_spark.jms.cli import jms_ingress
-
-    journal.add_command(ingress, "ingress")
-    journal.add_command(jms_ingress, "jms-ingress")
+    if isinstance(journal, click.Group):
+        _add_optional("journal_spark.ingress_cli", "ingress", journal, "ingress")
+        _add_optional("journal_spark.jms.cli", "jms_ingress", journal, "jms-ingress")
 
 
 _add_ingress_commands()
