@@ -83,9 +83,7 @@ def _add_nats_bridge() -> None:
     """``toymb bridge nats --routes FILE`` beside the JMS bridges' management commands."""
     bridge = main.commands.get("bridge")
     if isinstance(bridge, click.Group):
-        from nats_bridge.cli import nats_bridge
-
-        bridge.add_command(nats_bridge)
+        _add_optional("nats_bridge.cli", "nats_bridge", bridge)
 
 
 _add_nats_bridge()

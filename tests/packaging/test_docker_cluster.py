@@ -115,6 +115,8 @@ def test_the_journal_keeps_its_table_and_routes_orders_to_kafka(cluster: Compose
     end = _end_offsets(cluster, "orders")
 
     def journaled() -> bool:
+        journal = cluster.container("journal")
+        assert journal.attrs["RestartCount"] == 0, f"the journal restarted:\n{cluster.logs('journal')}"
         rows = cluster.sql("SELECT partition, next_offset FROM toymb_journal_offsets WHERE topic = 'orders'")
         return {p: int(o) for p, o in rows if int(o)} == end
 
