@@ -11,7 +11,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker.errors
@@ -97,6 +99,26 @@ def _stored_ids(cluster: ComposeCluster, topic: str) -> list[str]:
     return [row[0] for row in cluster.sql(f"SELECT id FROM toymb_messages WHERE topic = '{topic}'")]
 
 
+@contextmanager
+def _publishing(cluster: ComposeCluster, topic: str) -> Iterator[list[Publisher]]:
+    """Three clients publishing to ``topic`` until the block ends, each starting at another node."""
+    stop = threading.Event()
+    urls = cluster.urls()
+    publishers = [Publisher(f"{topic}-c{i}", topic, urls[i:] + urls[:i], stop, headers=PUB) for i in range(3)]
+    for p in publishers:
+        p.start()
+    try:
+        yield publishers
+    finally:
+        stop.set()
+        for p in publishers:
+            p.join(timeout=15)
+
+
+def _acked(publishers: list[Publisher]) -> int:
+    return sum(len(p.acked) for p in publishers)
+
+
 def test_publishes_through_every_node_reach_a_push_subscriber_on_the_compose_network(
         cluster: ComposeCluster) -> None:
     ids = [f"every-{RUN}-{i}" for i in range(30)]
@@ -131,22 +153,13 @@ def test_killing_the_owner_container_fails_over_and_loses_nothing_acked(cluster:
     _publish(cluster.url("toymb-1"), topic, f"{topic}-first")
     victim = requests.get(f"{cluster.url('toymb-1')}/v1/topics/{topic}", headers=ADMIN, timeout=5).json()["owner"]
     assert victim in NODES
-    stop = threading.Event()
-    urls = cluster.urls()
-    publishers = [Publisher(f"{topic}-c{i}", topic, urls[i:] + urls[:i], stop, headers=PUB) for i in range(3)]
-    for p in publishers:
-        p.start()
-    try:
-        wait_until(lambda: sum(len(p.acked) for p in publishers) >= 60, timeout=60, what="a steady stream")
+    with _publishing(cluster, topic) as publishers:
+        wait_until(lambda: _acked(publishers) >= 60, timeout=60, what="a steady stream")
         killed_at = time.monotonic()
         cluster.container(victim).kill()
-        acked_at_kill = sum(len(p.acked) for p in publishers)
-        wait_until(lambda: sum(len(p.acked) for p in publishers) >= acked_at_kill + 60, timeout=90,
+        acked_at_kill = _acked(publishers)
+        wait_until(lambda: _acked(publishers) >= acked_at_kill + 60, timeout=90,
                    what="the stream going on after the owner's container was killed")
-    finally:
-        stop.set()
-        for p in publishers:
-            p.join(timeout=15)
     acked = {a[0] for p in publishers for a in p.acked} | {f"{topic}-first"}
     after_kill = sum(1 for p in publishers for a in p.acked if a[2] > killed_at)
     for p in publishers:
@@ -164,22 +177,13 @@ def test_killing_the_owner_container_fails_over_and_loses_nothing_acked(cluster:
 
 def test_restarting_postgres_answers_503_not_500_and_recovers(cluster: ComposeCluster) -> None:
     topic = f"pg-restart-{RUN}"
-    stop = threading.Event()
-    urls = cluster.urls()
-    publishers = [Publisher(f"{topic}-c{i}", topic, urls[i:] + urls[:i], stop, headers=PUB) for i in range(3)]
-    for p in publishers:
-        p.start()
-    try:
-        wait_until(lambda: sum(len(p.acked) for p in publishers) >= 30, timeout=60, what="a steady stream")
+    with _publishing(cluster, topic) as publishers:
+        wait_until(lambda: _acked(publishers) >= 30, timeout=60, what="a steady stream")
         cluster.container("postgres").restart(timeout=10)
-        restarted = sum(len(p.acked) for p in publishers)
-        wait_until(lambda: sum(len(p.acked) for p in publishers) >= restarted + 30, timeout=120,
+        restarted = _acked(publishers)
+        wait_until(lambda: _acked(publishers) >= restarted + 30, timeout=120,
                    what="publishes acknowledged again after PostgreSQL's restart")
-    finally:
-        stop.set()
-        for p in publishers:
-            p.join(timeout=15)
-    statuses = sum((p.statuses for p in publishers), start=type(publishers[0].statuses)())
+    statuses = sum((p.statuses for p in publishers), start=Counter[int]())
     print(f"postgres restart: answers {dict(statuses)}")
     assert set(statuses) <= {200, 201, 503}, f"answers besides 2xx and 503: {dict(statuses)}"
     assert statuses[503] > 0, "no 503 while PostgreSQL restarted: the outage was not observed"
