@@ -31,7 +31,8 @@ from tests.packaging.compose_cluster import (
 )
 from tests.support import LANE, ROOT, need_service, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker"), pytest.mark.timeout(900)]
+# A cold first test builds every image: minutes on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docker"), pytest.mark.timeout(1800)]
 
 PUB = {"Authorization": "Bearer pub"}
 ADMIN = {"Authorization": "Bearer root"}
