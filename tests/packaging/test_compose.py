@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
+import pytest
 import requests
 
-from tests.packaging.compose_cluster import TOKENS, compose_file, resolve
-from tests.support import ROOT, NodeProcess, free_port, wait_until
+from tests.packaging.compose_cluster import TOKENS, compose_command, compose_file, resolve
+from tests.support import ROOT, NodeProcess, free_port, need_service, wait_until
 
 
 def test_compose_declares_the_cluster() -> None:
@@ -63,3 +66,17 @@ def test_compose_nodes_form_a_cluster_as_local_processes(tmp_path: Path, pg_url:
     finally:
         for node in nodes:
             node.stop()
+
+
+@pytest.mark.parametrize("secret", ["TOYMB_TOKENS", "TOYMB_CLUSTER_TOKEN", "TOYMB_PG_PASSWORD"])
+def test_compose_refuses_to_start_without_a_secret_and_names_it(secret: str) -> None:
+    try:
+        command = compose_command()
+    except AssertionError as exc:
+        need_service(False, f"docker compose ({exc})")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+    env |= {k: "x" for k in ("TOYMB_TOKENS", "TOYMB_CLUSTER_TOKEN", "TOYMB_PG_PASSWORD") if k != secret}
+    done = subprocess.run([*command, "-f", str(ROOT / "docker-compose.yml"), "config"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"set {secret}" in done.stderr, done.stderr
