@@ -68,12 +68,14 @@ def grant(kafka: SaslKafka, acls: list[tuple[Any, str, Any, Any]]) -> None:
         future.result(timeout=30)
 
 
-def can_write(kafka: SaslKafka, topic: str) -> bool:
-    """The job's principal can write ``topic`` now (ACLs reach the broker through its metadata log)."""
-    from confluent_kafka import Producer
+def can_write(producer: Any, topic: str) -> bool:
+    """``producer`` (the job's principal) can write ``topic`` now (ACLs reach the broker through its metadata log).
 
+    One producer for every probe: a fresh librdkafka client per probe, each torn down after a
+    refused delivery, once left an exception pending in the C extension (a SystemError at the
+    next builtin call).
+    """
     outcome: list[Any] = []
-    producer = Producer({**kafka.sasl(JOB), "acks": "all", "message.timeout.ms": 5000})
     producer.produce(topic, b"probe", on_delivery=lambda err, _msg: outcome.append(err))
     producer.flush(10)
     return outcome == [None]
@@ -97,7 +99,10 @@ def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
         (ResourceType.TRANSACTIONAL_ID, "toymb-", prefixed, AclOperation.ALL),
         (ResourceType.GROUP, "toymb-", prefixed, AclOperation.ALL),
     ])
-    wait_until(lambda: can_write(sasl_kafka, allowed), timeout=60, what="the ACLs to reach the authorizer")
+    from confluent_kafka import Producer
+
+    probe = Producer({**sasl_kafka.sasl(JOB), "acks": "all", "message.timeout.ms": 5000})
+    wait_until(lambda: can_write(probe, allowed), timeout=60, what="the ACLs to reach the authorizer")
     routes = tmp_path / "routes.properties"
     conf = "\n".join(f"kafka.{k}={v}" for k, v in sasl_kafka.sasl(JOB).items())
     routes.write_text(f"bridge.id=sasl-job\n{conf}\nrouting.markers.topic={markers}\n"
