@@ -68,17 +68,24 @@ def grant(kafka: SaslKafka, acls: list[tuple[Any, str, Any, Any]]) -> None:
         future.result(timeout=30)
 
 
-def can_write(producer: Any, topic: str) -> bool:
+def can_write(kafka: SaslKafka, producer: Any, topic: str) -> bool:
     """``producer`` (the job's principal) can write ``topic`` now (ACLs reach the broker through its metadata log).
 
-    One producer for every probe: a fresh librdkafka client per probe, each torn down after a
-    refused delivery, once left an exception pending in the C extension (a SystemError at the
-    next builtin call).
+    Seen by the admin in the topic's end offset, not through a delivery callback: confluent-kafka
+    turning a refused delivery into a Python error left an exception pending in its C extension
+    under load (a SystemError at the next builtin call).
     """
-    outcome: list[Any] = []
-    producer.produce(topic, b"probe", on_delivery=lambda err, _msg: outcome.append(err))
-    producer.flush(10)
-    return outcome == [None]
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({**kafka.sasl(ADMIN), "group.id": "acl-probe", "enable.auto.commit": False})
+    try:
+        partition = TopicPartition(topic, 0)
+        before = reader.get_watermark_offsets(partition, timeout=10)[1]
+        producer.produce(topic, b"probe")
+        producer.flush(10)
+        return bool(reader.get_watermark_offsets(partition, timeout=10)[1] > before)
+    finally:
+        reader.close()
 
 
 @pytest.mark.timeout(600)
@@ -102,7 +109,7 @@ def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
     from confluent_kafka import Producer
 
     probe = Producer({**sasl_kafka.sasl(JOB), "acks": "all", "message.timeout.ms": 5000})
-    wait_until(lambda: can_write(probe, allowed), timeout=60, what="the ACLs to reach the authorizer")
+    wait_until(lambda: can_write(sasl_kafka, probe, allowed), timeout=60, what="the ACLs to reach the authorizer")
     routes = tmp_path / "routes.properties"
     conf = "\n".join(f"kafka.{k}={v}" for k, v in sasl_kafka.sasl(JOB).items())
     routes.write_text(f"bridge.id=sasl-job\n{conf}\nrouting.markers.topic={markers}\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tests.delivery.support import Heartbeat, LiveNode, Receiver, first_seen_in_order
@@ -62,8 +63,22 @@ def holders_of(assignment: dict[str, str], sid: str) -> list[int]:
     return [int(p) for p, s in assignment.items() if s == sid]
 
 
-def test_killing_a_subscriber_moves_its_partitions_without_loss(live: LiveNode,
+# Survivors must keep their partitions, so their leases and pushes must not lapse merely because
+# a loaded CI machine delayed a heartbeat or an answer past the 2 s of ``live`` (seen once in CI:
+# a survivor lost its lease too). The victim still loses its lease within a few of these periods.
+SURVIVOR_SAFE = {"subscriber_lease_ms": 6000, "push_timeout_ms": 10_000}
+
+
+def test_killing_a_subscriber_moves_its_partitions_without_loss(tmp_path: Path,
                                                                receivers: list[Receiver]) -> None:
+    live = LiveNode(tmp_path, **SURVIVOR_SAFE)
+    try:
+        _kill_one_of_three(live, receivers)
+    finally:
+        live.close()
+
+
+def _kill_one_of_three(live: LiveNode, receivers: list[Receiver]) -> None:
     rs = [Receiver() for _ in range(3)]
     receivers += rs
     subs = [live.subscribe("fail", "g", mode="push", url=r.url)["subscriber_id"] for r in rs]
@@ -76,8 +91,8 @@ def test_killing_a_subscriber_moves_its_partitions_without_loss(live: LiveNode,
         beats[0].stop()
         rs[0].stop()
         second = live.publish("fail", messages(300, "b"))
-        # Within a few lease periods (2 s each) the victim's partitions belong to the survivors.
-        wait_until(lambda: subs[0] not in live.group("fail", "g")["assignment"].values(), timeout=12,
+        # Within a few lease periods (6 s each) the victim's partitions belong to the survivors.
+        wait_until(lambda: subs[0] not in live.group("fail", "g")["assignment"].values(), timeout=40,
                    what="partitions moved")
         want = {s["id"] for s in first + second}
         wait_until(lambda: ids(rs[1].messages()) | ids(rs[2].messages()) | ids(rs[0].messages()) >= want,
