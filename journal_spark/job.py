@@ -102,6 +102,7 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.sql.streaming.stopTimeout", "10s")
                .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
+    builder = with_delta(builder)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, and no warning about it
         builder = (builder.config("spark.driver.host", "127.0.0.1")
@@ -120,6 +121,22 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     return spark
 
 
+def with_delta(builder: Any) -> Any:
+    """``builder`` with Delta Lake's jars and SQL extension, tuned for small, frequent commits."""
+    from .delta_jars import delta_jars
+    from .table import STATS_COLUMNS
+
+    return (builder.config("spark.jars", ",".join(delta_jars()))
+            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+            # Per-batch cost: rebuilding the table's state ran 50 tasks (the default partitions)
+            # each time the log is read; the journal's log is small, one or two suffice.
+            .config("spark.databricks.delta.snapshotPartitions", "2")
+            .config("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", STATS_COLUMNS)
+            .config("spark.databricks.delta.properties.defaults.checkpointInterval", "50")
+            .config("spark.databricks.delta.stalenessLimit", "0"))
+
+
 def _quiet(spark: Any, logger: str) -> None:
     try:
         jvm = spark.sparkContext._jvm
@@ -129,18 +146,18 @@ def _quiet(spark: Any, logger: str) -> None:
         log.debug("cannot quiet %s", logger)
 
 
-def build_sinks(settings: Settings, spark: Any, store: JournalRepository | None, metrics: JournalMetrics) -> list[Sink]:
-    """The Parquet journal, then the bridge sinks a routes file asks for."""
-    from .parquet import ParquetSink
+def build_sinks(settings: Settings, spark: Any, store: JournalRepository | None, metrics: JournalMetrics,
+                epoch: Callable[[], int] = lambda: 0) -> list[Sink]:
+    """The Delta journal table, then the bridge sinks a routes file asks for."""
+    from .table import DeltaSink
 
     def on_batch(rows: int, _batch_id: int, replayed: bool) -> None:
         metrics.rows.inc(rows)
         if replayed:
-            metrics.batches.labels("parquet", "skipped_rerun").inc()
+            metrics.batches.labels(DeltaSink.name, "skipped_rerun").inc()
 
-    checkpoints = Path(settings.effective_checkpoint_dir)
-    sinks: list[Sink] = [ParquetSink(settings.effective_journal_dir, checkpoints / "parquet.sink", store,
-                                     on_batch=on_batch)]
+    sinks: list[Sink] = [DeltaSink(settings.effective_journal_dir, settings.effective_checkpoint_dir, store,
+                                   epoch=epoch, on_batch=on_batch)]
     if settings.routes:
         # Bridges (Kafka, JMS) live in journal_spark.bridges; their telemetry joins our registry.
         # A build without that module accepts a routes file and ignores it (journal only).

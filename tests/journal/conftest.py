@@ -69,13 +69,12 @@ def store_rows(store: Store) -> dict[str, dict[str, Any]]:
 
 
 def journal_rows(journal_dir: Path) -> list[dict[str, Any]]:
-    """Every row of the Parquet journal (topic and date come from the folder names)."""
-    import pyarrow.dataset as ds
+    """Every row of the Delta journal table, read without Spark (delta-rs, the ``deltalake`` package)."""
+    from deltalake import DeltaTable
 
-    if not any(journal_dir.glob("topic=*")):
+    if not (journal_dir / "_delta_log").is_dir():
         return []
-    table = ds.dataset(str(journal_dir), format="parquet", partitioning="hive").to_table()
-    rows: list[dict[str, Any]] = table.to_pylist()
+    rows: list[dict[str, Any]] = DeltaTable(str(journal_dir)).to_pyarrow_table().to_pylist()
     for row in rows:
         row["headers"] = dict(row["headers"] or [])
     return rows

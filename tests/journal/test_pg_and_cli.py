@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from broker.store.journal import JournalStore
-from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
 from journal_spark.source import read_end_offsets
+from journal_spark.table import DeltaSink
 from tests.journal.conftest import assert_journal_matches, fill_store
 
 
@@ -23,10 +23,10 @@ def test_journal_over_a_database_server(spark: Any, request: pytest.FixtureReque
     url: str = request.getfixturevalue(server)
     store = fill_store(url, {"orders": (5, 2500), "audit": (2, 500)})
     journal = JournalStore(url, pooled=False)
-    sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", journal)
+    sink = DeltaSink(tmp_path / "journal", tmp_path / "ck", journal)
     query = (spark.readStream.format("toymb").option("url", url).option("max_rows", "1000").load()
              .transform(with_header_map).writeStream
-             .option("checkpointLocation", str(tmp_path / "ck" / "parquet"))
+             .option("checkpointLocation", str(tmp_path / "ck" / DeltaSink.name))
              .foreachBatch(sink.write_batch).trigger(availableNow=True).start())
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None, query.exception()
