@@ -23,6 +23,7 @@ from broker.store import MEMORY_SCHEME, JournalRepository, Store
 from broker.store.journal import JournalStore
 
 from .errors import JavaMissing, JournalFailed, UnsharedStore
+from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
 from .schema import with_header_map
@@ -232,10 +233,17 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     from pyspark.errors import StreamingQueryException
 
+    lease = JournalLease(settings.effective_database_url, settings.journal_lease_ms)
+    # A standby starts Spark before it has the lease: taking over then costs no JVM start.
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
+    held = False
     try:
-        sinks = build_sinks(settings, spark, journal, metrics)
+        if not lease.wait_acquire(stopping):
+            return 0
+        held = True
+        lease.keep(lambda: _halt_now(spark, "lost the journal lease"), stopping)
+        sinks = build_sinks(settings, spark, journal, metrics, epoch=lambda: lease.epoch)
         for sink in sinks:
             queries.append(start_query(spark, settings, sink, metrics, once=once))
         log.info("journaling %s into %s (checkpoints %s, %s)", store.dialect, settings.effective_journal_dir,
@@ -273,6 +281,9 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         return 0
     finally:
         _shutdown(queries, spark)
+        if held:
+            lease.release()
+        lease.dispose()
         metrics.close()
         journal.dispose()
         for sig, handler in previous.items():
@@ -281,9 +292,13 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
 
 
 # Spark-internal failures that say nothing about the data or the sinks: a Python worker that a
-# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait.
+# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait; and a fenced
+# former leader that woke up and wrote the next entry of the shared offset log before it noticed
+# (it stops itself; the query restarts from the checkpoint, which is exactly once).
 TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
-                          "Timed out while waiting for the Python worker to connect back")
+                          "Timed out while waiting for the Python worker to connect back",
+                          "Concurrent update to the log",
+                          "Multiple streaming jobs detected")
 MAX_TRANSIENT_RESTARTS = 8
 
 
@@ -291,6 +306,22 @@ def _spark_transient(error: Any) -> str | None:
     """The transient failure ``error`` (a query's exception) reports, or None if it is a real one."""
     text = str(error)
     return next((known for known in TRANSIENT_SPARK_ERRORS if known in text), None)
+
+
+def _halt_now(spark: Any, why: str) -> None:
+    """Stop this process and its JVM at once, mid-batch or not: another process owns the journal now.
+
+    A graceful stop would finish the current batch, which is what must not happen. Every sink is
+    exactly once whatever point a stop interrupts, as for a SIGKILL.
+    """
+    log.error("%s: stopping at once", why)
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is not None:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(75)   # EX_TEMPFAIL: a supervisor may start it again, as a standby
 
 
 def _shutdown(queries: list[Any], spark: Any) -> None:

@@ -128,7 +128,7 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
         planned, done = _numbers(checkpoint / "offsets"), _numbers(checkpoint / "commits")
         if planned and max(planned) > max(done, default=-1):
             mid_batch_kills += 1
-            where.append((mode, max(planned), len(_log_entries(table)), len(_data_files(table))))
+            where.append((mode, max(planned), len(_log_entries(table)), _data_files(table)))
     assert "toymb_journal_lag_total" in scraped
 
     final = JournalJob(data, port, "--once", "--max-rows", "20000")

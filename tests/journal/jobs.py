@@ -1,0 +1,111 @@
+"""Real ``toymb journal run`` processes for the takeover and cluster tests, and the lease they share."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+
+from broker.store.sql import open_engine
+from journal_spark.lease import LEASES
+
+
+class Journal:
+    """One ``toymb journal run`` in its own process group (its JVM and Python workers included)."""
+
+    def __init__(self, workdir: Path, name: str, database_url: str, *extra: str, lease_ms: int = 5000) -> None:
+        self.workdir = workdir
+        self.name = name
+        self.log_path = workdir / f"journal-{name}.log"
+        self.args = [sys.executable, "-m", "broker", "journal", "run", "--database-url", database_url,
+                     "--journal-dir", str(workdir / "journal"), "--checkpoint-dir", str(workdir / "checkpoints"),
+                     "--metrics-port", "0", "--trigger-ms", "200", "--lease-ms", str(lease_ms), *extra]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Journal:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                    "TOYMB_LOG_LEVEL": "INFO"})
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start {' '.join(self.args[3:])}\n".encode())
+            self.proc = subprocess.Popen(self.args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=str(self.workdir))
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        """``signum`` to the whole process group (the driver, its JVM, Spark's Python workers)."""
+        if self.alive():
+            try:
+                os.killpg(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def stop(self, timeout: float = 120) -> int:
+        """SIGTERM, as a supervisor would; SIGKILL if it does not stop in ``timeout``."""
+        self.signal(signal.SIGTERM)
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"journal {self.name} did not stop:\n{self.log_tail()}") from None
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        every = text.splitlines()
+        errors = [x for x in every if ("Error" in x or "Exception" in x) and not x.lstrip().startswith("at ")][:15]
+        return "\n".join(["--- first error lines ---", *errors, "--- last lines ---", *every[-lines:]])
+
+
+def lease_holder(database_url: str) -> tuple[int, int] | None:
+    """(pid of the holding process, epoch) of the journal lease, or None before anyone took it."""
+    engine = open_engine(database_url, pooled=False)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(select(LEASES.c.holder, LEASES.c.epoch).where(LEASES.c.name == "journal")).first()
+    except Exception:  # noqa: BLE001 - the table is created by the first journal process
+        return None
+    finally:
+        engine.dispose()
+    return None if row is None else (int(row.holder.split(":")[1]), int(row.epoch))
+
+
+def table_epoch(workdir: Path) -> int:
+    """The lease epoch of the journal table's last commit (0 before the first)."""
+    from deltalake import DeltaTable
+
+    from journal_spark.table import split_version
+
+    app = workdir / "checkpoints" / "table.sink" / "app_id"
+    if not (workdir / "journal" / "_delta_log").is_dir() or not app.is_file():
+        return 0
+    version = DeltaTable(str(workdir / "journal")).transaction_version(app.read_text().strip())
+    return 0 if version is None else split_version(int(version))[0]
+
+
+def table_rows(workdir: Path) -> int:
+    from deltalake import DeltaTable
+
+    if not (workdir / "journal" / "_delta_log").is_dir():
+        return 0
+    import pyarrow as pa
+
+    actions = pa.table(DeltaTable(str(workdir / "journal")).get_add_actions(flatten=True))
+    return sum(int(n or 0) for n in actions["num_records"].to_pylist())
