@@ -81,3 +81,24 @@ def replay(config_file: str | None, topic: str, to_topic: str | None, from_ts: i
         raise click.ClickException(str(exc)) from None
     click.echo(f"replayed {result.read} messages of {topic}: {result.stored} stored, "
                f"{result.duplicates} already there")
+
+
+@journal.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="properties file")
+@click.option("--data-dir", help="default journal home is <data-dir>/journal [TOYMB_DATA_DIR]")
+@click.option("--journal-dir", help="Delta journal table folder [TOYMB_JOURNAL_DIR]")
+@click.option("--keep-days", type=click.IntRange(0), help="delete days older than this many (default: keep all)")
+@click.option("--vacuum-hours", type=click.IntRange(0), default=168, show_default=True,
+              help="remove files no table version of the last this many hours needs")
+def compact(config_file: str | None, keep_days: int | None, vacuum_hours: int, **flags: Any) -> None:
+    """Retention and compaction of the journal table: Delta's DELETE, OPTIMIZE and VACUUM."""
+    settings = load_settings(config_file, **flags)
+    setup_logging(settings.log_level)
+    from .maintenance import compact as run_compact
+
+    try:
+        done = run_compact(settings.effective_journal_dir, keep_days=keep_days, vacuum_hours=vacuum_hours)
+    except JournalError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"deleted {done.deleted_rows} rows; compacted {done.files_removed} files into {done.files_added}; "
+               f"vacuumed {done.vacuumed} files")

@@ -104,10 +104,13 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
     builder = with_delta(builder)
-    if master.startswith("local"):
+    if master.startswith("local") or _on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, and no warning about it
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
+    if not master.startswith("local"):
+        # Executors must fit the workers (services/spark.sh gives each 768 MiB); Spark asks 1 GiB.
+        builder = builder.config("spark.executor.memory", os.environ.get("TOYMB_SPARK_EXECUTOR_MEMORY", "512m"))
     logging.getLogger("py4j").setLevel(logging.WARNING)   # one INFO line per callback otherwise
     # Spark's Python workers need this interpreter (pyarrow, the toymb packages), not python3, and
     # in local mode they import the installed pyspark rather than compile its source zip each time.
@@ -120,6 +123,12 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     _quiet(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")  # "falling behind"
     spark.dataSource.register(StoreDataSource)
     return spark
+
+
+def _on_loopback(master: str) -> bool:
+    """A ``spark://`` master on this machine's loopback (services/spark.sh's cluster)."""
+    match = re.match(r"spark://([^:/]+)", master)
+    return match is not None and match.group(1) in ("127.0.0.1", "localhost")
 
 
 def with_delta(builder: Any) -> Any:
@@ -135,7 +144,9 @@ def with_delta(builder: Any) -> Any:
             .config("spark.databricks.delta.snapshotPartitions", "2")
             .config("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", STATS_COLUMNS)
             .config("spark.databricks.delta.properties.defaults.checkpointInterval", "50")
-            .config("spark.databricks.delta.stalenessLimit", "0"))
+            .config("spark.databricks.delta.stalenessLimit", "0")
+            # Per-batch cost: the optional .crc file after each commit; no reader needs it.
+            .config("spark.databricks.delta.writeChecksumFile.enabled", "false"))
 
 
 def _quiet(spark: Any, logger: str) -> None:

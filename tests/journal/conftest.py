@@ -16,6 +16,7 @@ import pytest
 from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.store.sql import Store
+from tests.bridges_kafka.conftest import kafka, names  # noqa: F401 - fixtures of the takeover test
 from tests.support import stored_messages
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -109,3 +109,21 @@ def table_rows(workdir: Path) -> int:
 
     actions = pa.table(DeltaTable(str(workdir / "journal")).get_add_actions(flatten=True))
     return sum(int(n or 0) for n in actions["num_records"].to_pylist())
+
+
+class PrivateSparkCluster:
+    """A Spark standalone master and two workers of its own (services/spark.sh), on free loopback ports."""
+
+    def __init__(self, state: Path) -> None:
+        from tests.support import ROOT, free_port
+
+        self.script = str(ROOT / "services" / "spark.sh")
+        self.port = free_port()
+        self.master = f"spark://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "TOYMB_SERVICES_DIR": str(state), "TOYMB_SPARK_MASTER_PORT": str(self.port),
+                    "TOYMB_SPARK_UI_PORT": str(free_port()),
+                    "TOYMB_SPARK_WORKER_PORTS": f"{free_port()} {free_port()}", "TOYMB_PYTHON": sys.executable}
+
+    def run(self, *command: str) -> None:
+        done = subprocess.run([self.script, *command], env=self.env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"services/spark.sh {' '.join(command)}: {done.stderr[-2000:]}"

@@ -19,6 +19,7 @@ from broker.store.sql import Store
 from journal_spark.metrics import journal_lag
 from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
+from tests.journal.jobs import PrivateSparkCluster
 from tests.support import free_port, wait_progressing, wait_until
 
 pytestmark = pytest.mark.slow
@@ -78,6 +79,22 @@ class JournalJob:
 # 8 JVM starts may take long without stalling.
 @pytest.mark.timeout(1800)
 def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> None:
+    _crash_run(tmp_path, "local[*]")
+
+
+@pytest.mark.timeout(2400)
+def test_sigkill_of_driver_and_worker_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """The same on a Spark standalone cluster (services/spark.sh): the driver is SIGKILLed mid-batch,
+    and so is one executor's worker (its executor and Python workers with it)."""
+    cluster = PrivateSparkCluster(tmp_path / "services")
+    cluster.run("start")
+    try:
+        _crash_run(tmp_path, cluster.master, cluster)
+    finally:
+        cluster.run("stop")
+
+
+def _crash_run(tmp_path: Path, master: str, cluster: PrivateSparkCluster | None = None) -> None:
     data = tmp_path / "data"
     data.mkdir()
     store = fill_store(f"sqlite:///{data / 'toymb.db'}", {"orders": (8, 15000), "audit": (3, 5000)})
@@ -86,14 +103,14 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
     table = data / "journal"
     seed = int(os.environ.get("TOYMB_TEST_SEED", time.time()))
     rng = random.Random(seed)
-    mid_batch_kills, attempts = 0, 0
+    mid_batch_kills, attempts, worker_kills = 0, 0, 0
     where: list[tuple[str, int, int, int]] = []
     port = free_port()
     scraped = ""
     while mid_batch_kills < 3:
         attempts += 1
         assert attempts <= 8, f"could not kill mid-batch 3 times (seed {seed}, kills at {where})"
-        job = JournalJob(data, port)
+        job = JournalJob(data, port, "--master", master)
         try:
             def in_flight(at_least: int = 0) -> bool:
                 assert job.alive(), (data / "journal-job.log").read_text()[-3000:]  # noqa: B023
@@ -109,7 +126,16 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
             if not scraped:
                 scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             mode = rng.choice(["random", "files-written", "committing"])
-            if mode == "random":
+            if cluster is not None and attempts == 2:
+                # One executor's worker dies mid-batch: Spark runs its tasks again on the other one.
+                time.sleep(rng.uniform(0, 0.5))
+                cluster.run("kill-worker", "1")
+                worker_kills += 1
+                wait_progressing(lambda: in_flight(target + 1), lambda: _progress(data, checkpoint),  # noqa: B023
+                                 stall=STALL_S, interval=0.02, what="a batch after the worker's death")
+                cluster.run("start-worker", "1")
+                mode = "after a worker's death"
+            elif mode == "random":
                 time.sleep(rng.uniform(0, 1.0))
             elif mode == "files-written":
                 # Data files of the batch are on disk, its commit is not in the table's log yet.
@@ -131,7 +157,8 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
             where.append((mode, max(planned), len(_log_entries(table)), _data_files(table)))
     assert "toymb_journal_lag_total" in scraped
 
-    final = JournalJob(data, port, "--once", "--max-rows", "20000")
+    assert worker_kills == (0 if cluster is None else 1)
+    final = JournalJob(data, port, "--once", "--max-rows", "20000", "--master", master)
     try:
         final.proc.wait(timeout=300)
     finally:

@@ -4,11 +4,11 @@ restore the topic with ``toymb journal replay``: same ids, keys, headers, bodies
 from __future__ import annotations
 
 import base64
-import time
-from datetime import UTC, datetime
 import os
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

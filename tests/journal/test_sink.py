@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,9 @@ import pytest
 from broker.store.journal import JournalStore
 from journal_spark.errors import JavaMissing
 from journal_spark.job import check_java
-from journal_spark.table import DeltaSink, Fenced
 from journal_spark.schema import with_header_map
 from journal_spark.source import advance, plan_ranges, read_end_offsets, read_ranges
+from journal_spark.table import DeltaSink, Fenced
 from tests.journal.conftest import assert_journal_matches, fill_store, journal_rows
 
 
@@ -167,3 +166,40 @@ def test_the_table_is_readable_without_spark_while_a_batch_is_uncommitted(spark:
     # A crashed attempt's files: plain Parquet beside the committed ones, named in no commit.
     frame.write.mode("append").parquet(str(journal / "topic=orders" / "date=2099-01-01"))
     assert_journal_matches(journal, store)
+
+
+def test_compaction_and_retention_keep_the_batches_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """Delta's DELETE (old days), OPTIMIZE and VACUUM, while the idempotence marks survive."""
+    import random
+
+    from broker.appender import Appender
+    from broker.store.sql import Store
+    from journal_spark.maintenance import compact
+    from tests.journal.conftest import sample_message
+
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = Store(url)
+    store.create_schema()
+    appender = Appender(store)
+    appender.start()
+    topic, _ = store.ensure_topic("orders", 2)
+    rng = random.Random(3)
+    appender.append(topic, [sample_message(i, rng, timestamp=1_600_000_000_000 + i) for i in range(300)])
+    appender.append(topic, [sample_message(300 + i, rng) for i in range(200)])
+    appender.stop()
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in range(3):
+        _offset_log(checkpoints, batch, url)
+        DeltaSink(journal, checkpoints, JournalStore.of(store)).write_batch(frame.where(f"offset % 3 = {batch}"),
+                                                                         batch)
+    done = compact(journal, keep_days=30, vacuum_hours=0)
+    assert done.deleted_rows == 300
+    assert done.files_removed > done.files_added >= 1
+    assert done.vacuumed >= done.files_removed
+    rows = journal_rows(journal)
+    assert sorted(r["id"] for r in rows) == [f"id-{i:06d}" for i in range(300, 500)]
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
+    version = _versions(journal)
+    sink.write_batch(frame, 2)   # a re-run of the last batch is still recognised
+    assert _versions(journal) == version

@@ -17,7 +17,7 @@ import pytest
 
 from broker.appender import Appender
 from broker.store.sql import Store
-from tests.bridges_kafka.conftest import consume_all, create_topics, kafka, names, routes_file  # noqa: F401
+from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
 from tests.bridges_kafka.test_crash import PARTITIONS, TOTAL, _publish_stream
 from tests.journal.conftest import assert_journal_matches, fill_store, sample_message
 from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
