@@ -94,11 +94,13 @@ class DeltaSink:
     def _delta_log(self) -> Any:
         """The table's log through delta-rs, brought up to date (reads only the new commits)."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
         if self._log is None:
-            if not (self.table / "_delta_log").is_dir():
-                return None
-            self._log = DeltaTable(str(self.table))
+            try:
+                self._log = DeltaTable(str(self.table))
+            except TableNotFoundError:
+                return None   # no commit yet (a first batch may have died after creating _delta_log/)
         else:
             self._log.update_incremental()
         return self._log

@@ -72,10 +72,13 @@ def store_rows(store: Store) -> dict[str, dict[str, Any]]:
 def journal_rows(journal_dir: Path) -> list[dict[str, Any]]:
     """Every row of the Delta journal table, read without Spark (delta-rs, the ``deltalake`` package)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    if not (journal_dir / "_delta_log").is_dir():
-        return []
-    rows: list[dict[str, Any]] = DeltaTable(str(journal_dir)).to_pyarrow_table().to_pylist()
+    try:
+        table = DeltaTable(str(journal_dir))
+    except TableNotFoundError:
+        return []   # no commit yet
+    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
     for row in rows:
         row["headers"] = dict(row["headers"] or [])
     return rows

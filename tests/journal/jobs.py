@@ -7,14 +7,16 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
 from broker.store.sql import open_engine
 from journal_spark.lease import LEASES
+from tests.bridges_kafka.jobproc import JournalProcess
 
 
-class Journal:
+class Journal(JournalProcess):
     """One ``toymb journal run`` in its own process group (its JVM and Python workers included)."""
 
     def __init__(self, workdir: Path, name: str, database_url: str, *extra: str, lease_ms: int = 5000) -> None:
@@ -24,16 +26,10 @@ class Journal:
         self.args = [sys.executable, "-m", "broker", "journal", "run", "--database-url", database_url,
                      "--journal-dir", str(workdir / "journal"), "--checkpoint-dir", str(workdir / "checkpoints"),
                      "--metrics-port", "0", "--trigger-ms", "200", "--lease-ms", str(lease_ms), *extra]
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc = None
 
     def start(self) -> Journal:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
-        env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "TOYMB_LOG_LEVEL": "INFO"})
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== start {' '.join(self.args[3:])}\n".encode())
-            self.proc = subprocess.Popen(self.args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=str(self.workdir))
+        super().start()
         return self
 
     @property
@@ -52,26 +48,10 @@ class Journal:
             except ProcessLookupError:
                 pass
 
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
-
     def stop(self, timeout: float = 120) -> int:
         """SIGTERM, as a supervisor would; SIGKILL if it does not stop in ``timeout``."""
         self.signal(signal.SIGTERM)
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"journal {self.name} did not stop:\n{self.log_tail()}") from None
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        every = text.splitlines()
-        errors = [x for x in every if ("Error" in x or "Exception" in x) and not x.lstrip().startswith("at ")][:15]
-        return "\n".join(["--- first error lines ---", *errors, "--- last lines ---", *every[-lines:]])
+        return self.wait(timeout)
 
 
 def lease_holder(database_url: str) -> tuple[int, int] | None:
@@ -87,27 +67,36 @@ def lease_holder(database_url: str) -> tuple[int, int] | None:
     return None if row is None else (int(row.holder.split(":")[1]), int(row.epoch))
 
 
+def _table(workdir: Path) -> Any:
+    """The journal's Delta table, or None before its first commit."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(str(workdir / "journal"))
+    except TableNotFoundError:
+        return None
+
+
 def table_epoch(workdir: Path) -> int:
     """The lease epoch of the journal table's last commit (0 before the first)."""
-    from deltalake import DeltaTable
-
     from journal_spark.table import split_version
 
     app = workdir / "checkpoints" / "table.sink" / "app_id"
-    if not (workdir / "journal" / "_delta_log").is_dir() or not app.is_file():
+    table = _table(workdir)
+    if table is None or not app.is_file():
         return 0
-    version = DeltaTable(str(workdir / "journal")).transaction_version(app.read_text().strip())
+    version = table.transaction_version(app.read_text().strip())
     return 0 if version is None else split_version(int(version))[0]
 
 
 def table_rows(workdir: Path) -> int:
-    from deltalake import DeltaTable
-
-    if not (workdir / "journal" / "_delta_log").is_dir():
-        return 0
     import pyarrow as pa
 
-    actions = pa.table(DeltaTable(str(workdir / "journal")).get_add_actions(flatten=True))
+    table = _table(workdir)
+    if table is None:
+        return 0
+    actions = pa.table(table.get_add_actions(flatten=True))
     return sum(int(n or 0) for n in actions["num_records"].to_pylist())
 
 
