@@ -2,7 +2,7 @@
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl procps \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl procps maven \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
@@ -12,6 +12,10 @@ COPY driver driver
 COPY journal_spark journal_spark
 COPY bench bench
 RUN pip install --no-cache-dir '.[journal]'
+# The journal table's Delta Lake jars, fetched from Maven Central at build time by the project's script.
+COPY services/lib.sh services/spark.sh services/
+RUN TOYMB_SERVICES_DIR=/opt/toymb bash services/spark.sh install && rm -rf /root/.m2
+ENV TOYMB_DELTA_JARS=/opt/toymb/spark/delta-4.4.0
 
 RUN useradd --system --uid 10001 --home /data toymb && mkdir -p /data && chown toymb /data
 USER toymb

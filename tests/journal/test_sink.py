@@ -126,6 +126,7 @@ def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
     frame = _batch_frame(spark, url)
     journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
     _offset_log(checkpoints, 0, url)
+    (journal / "_delta_log").mkdir(parents=True)   # a first attempt that died before its commit
     sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
     sink.write_batch(frame, 0)
     first = _versions(journal)
