@@ -35,6 +35,12 @@ def _progress(workdir: Path) -> tuple[int, ...]:
             if (workdir / "journal" / "_delta_log").is_dir() else 0)
 
 
+def _standing_by(job: Journal) -> bool:
+    """The process's latest start got as far as the lease (its Spark session is up): waiting, or holding it."""
+    latest = job.log_path.read_text(errors="replace").rsplit("===== start", 1)[-1]
+    return "standing by" in latest or "took the journal lease" in latest
+
+
 def _active(jobs: dict[str, Journal], url: str) -> tuple[Journal, int] | None:
     held = lease_holder(url)
     if held is None:
@@ -79,7 +85,9 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
             wait_progressing(lambda: table_epoch(tmp_path) > epoch, lambda: _progress(tmp_path),  # noqa: B023
                              stall=STALL_S, interval=0.1, what="the new leader committing")
             resumed.append(time.monotonic() - killed_at)
-            leader.start()   # back as the standby
+            leader.start()   # back as the standby; the next kill waits until it stands by
+            wait_progressing(lambda: _standing_by(leader), lambda: _progress(tmp_path),  # noqa: B023
+                             stall=STALL_S, interval=0.2, what="the restarted process standing by")
         publisher.join(300)
         assert not publisher.is_alive()
         store = Store(url)
