@@ -146,6 +146,47 @@ def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int]:
     return elapsed, created, rows
 
 
+# Delta's defaults that journal_spark.job.with_delta changes for small, frequent commits.
+DELTA_DEFAULTS = {"spark.databricks.delta.snapshotPartitions": "50",
+                  "spark.databricks.delta.writeChecksumFile.enabled": "true",
+                  # A table property's default: it counts when the table is created (its first batch).
+                  "spark.databricks.delta.properties.defaults.checkpointInterval": "10",
+                  "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ""}
+
+
+def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
+    """Median seconds of one 1,000-row micro-batch commit, with the journal's Delta settings and with
+    Delta's defaults, interleaved batch by batch into two tables so load drift hits both alike."""
+    import statistics
+
+    from pyspark.sql import functions as F
+
+    tuned = {k: spark.conf.get(k) for k in DELTA_DEFAULTS}
+    df = spark.range(1000).selectExpr(
+        "cast(id as string) as id", "'orders' as topic", "cast(id % 16 as int) as partition", "id as offset",
+        "cast(1764000000000 + id as long) as timestamp", "repeat('x', 200) as body").cache()
+    df.count()
+    dated = df.withColumn("date", F.date_format(F.timestamp_millis(F.col("timestamp")), "yyyy-MM-dd"))
+    times: dict[str, list[float]] = {"tuned": [], "defaults": []}
+    try:
+        for batch in range(batches):
+            for name, settings in (("tuned", tuned), ("defaults", DELTA_DEFAULTS)):
+                for key, value in settings.items():
+                    spark.conf.set(key, value)
+                started = time.perf_counter()
+                (dated.write.format("delta").mode("append").partitionBy("topic", "date")
+                 .option("txnAppId", "bench").option("txnVersion", str(batch)).save(str(root / f"cost-{name}")))
+                times[name].append(time.perf_counter() - started)
+    finally:
+        for key, value in tuned.items():
+            spark.conf.set(key, value)
+        df.unpersist()
+    warm = {name: values[2:] or values for name, values in times.items()}   # the first two warm the JIT
+    result = {f"{name}_median_s": statistics.median(values) for name, values in warm.items()}
+    result["ratio_tuned_vs_defaults"] = result["tuned_median_s"] / result["defaults_median_s"]
+    return result
+
+
 def _throughput(spark: Any, root: Path, per_topic: int, max_rows: int) -> dict[str, Any]:
     data = root / f"tp-{per_topic}"
     settings = config.load(env={}, overrides={"data_dir": str(data), "journal_max_rows": max_rows})
@@ -231,6 +272,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         _throughput(spark, root, 2_000, max_rows)             # warm-up: JIT, Python workers
         tp = _throughput(spark, root, per_topic, max_rows)
         big = _throughput(spark, root, per_topic + 1, 2 * per_topic)  # one micro-batch: no per-batch cost
+        cost = _per_batch_cost(spark, root, 6 if quick else 12)
         lag = _lag(root, rate=1_000 if quick else 3_000, seconds=15 if quick else 40)
         spark.stop()
     finally:
@@ -241,6 +283,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "journal_rows_per_s": tp["journal_rows_per_s"], "ceiling_rows_per_s": tp["ceiling_rows_per_s"],
         "throughput_ratio": tp["ratio"], "throughput_ratio_one_batch": big["ratio"],
         "lag": {k: v for k, v in lag.items() if k != "samples"}, "lag_samples": lag["samples"],
+        "per_batch_cost": cost,
         "peak_rss_driver_mb": own_peak_rss_mb(), "peak_rss_tree_mb": max(sampler.peak, _tree_rss_mb()),
         "target_ratio": 0.6, "quick": quick,
     }
@@ -253,6 +296,8 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "  vs createDataFrame + write": tp["ratio_vs_created"],
         "ratio with the backlog in one micro-batch": big["ratio"],
         "  same, vs createDataFrame + write": big["ratio_vs_created"],
+        "1,000-row batch commit, journal's Delta settings (s, median)": cost["tuned_median_s"],
+        "  same, Delta's defaults (s, median)": cost["defaults_median_s"],
         f"lag at {lag['rate_msgs_per_s']} msg/s: mean messages": lag["lag_mean"],
         "lag p95 messages": lag["lag_p95"], "lag p95 seconds": lag["lag_p95_s"],
         "drain after publishing stops (s)": lag["drain_after_stop_s"],
