@@ -147,11 +147,19 @@ def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int]:
 
 
 # Delta's defaults that journal_spark.job.with_delta changes for small, frequent commits.
-DELTA_DEFAULTS = {"spark.databricks.delta.snapshotPartitions": "50",
+DELTA_DEFAULTS: dict[str, str | None] = {"spark.databricks.delta.snapshotPartitions": "50",
                   "spark.databricks.delta.writeChecksumFile.enabled": "true",
                   # A table property's default: it counts when the table is created (its first batch).
                   "spark.databricks.delta.properties.defaults.checkpointInterval": "10",
-                  "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": ""}
+                  "spark.databricks.delta.properties.defaults.dataSkippingStatsColumns": None}   # None: unset
+
+
+def _configure(spark: Any, settings: dict[str, str | None]) -> None:
+    for key, value in settings.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
 
 
 def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
@@ -161,7 +169,7 @@ def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
 
     from pyspark.sql import functions as F
 
-    tuned = {k: spark.conf.get(k) for k in DELTA_DEFAULTS}
+    tuned: dict[str, str | None] = {k: spark.conf.get(k, None) for k in DELTA_DEFAULTS}
     df = spark.range(1000).selectExpr(
         "cast(id as string) as id", "'orders' as topic", "cast(id % 16 as int) as partition", "id as offset",
         "cast(1764000000000 + id as long) as timestamp", "repeat('x', 200) as body").cache()
@@ -171,15 +179,13 @@ def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
     try:
         for batch in range(batches):
             for name, settings in (("tuned", tuned), ("defaults", DELTA_DEFAULTS)):
-                for key, value in settings.items():
-                    spark.conf.set(key, value)
+                _configure(spark, settings)
                 started = time.perf_counter()
                 (dated.write.format("delta").mode("append").partitionBy("topic", "date")
                  .option("txnAppId", "bench").option("txnVersion", str(batch)).save(str(root / f"cost-{name}")))
                 times[name].append(time.perf_counter() - started)
     finally:
-        for key, value in tuned.items():
-            spark.conf.set(key, value)
+        _configure(spark, tuned)
         df.unpersist()
     warm = {name: values[2:] or values for name, values in times.items()}   # the first two warm the JIT
     result = {f"{name}_median_s": statistics.median(values) for name, values in warm.items()}
