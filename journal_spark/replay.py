@@ -69,6 +69,11 @@ def open_table(journal_dir: str | Path, as_of: dt.datetime | None = None) -> Any
     try:
         table = DeltaTable(str(journal_dir))
         if as_of is not None:
+            # delta-rs loads the first version for any earlier time; the table did not exist then.
+            first = min((int(c["timestamp"]) for c in table.history() if "timestamp" in c), default=None)
+            if first is not None and as_of.timestamp() * 1000 < first:
+                raise ReplayError(f"the journal {journal_dir} holds nothing as of {as_of.isoformat()}: "
+                                  f"its first commit is {dt.datetime.fromtimestamp(first / 1000, dt.UTC).isoformat()}")
             table.load_as_version(as_of)
     except TableNotFoundError:
         raise ReplayError(f"{journal_dir} holds no journal table") from None
