@@ -22,7 +22,7 @@ from broker.config import Settings
 from broker.store import MEMORY_SCHEME, JournalRepository, Store
 from broker.store.journal import JournalStore
 
-from .errors import JavaMissing, JournalFailed, UnsharedStore
+from .errors import JavaMissing, JournalFailed, PortInUse, UnsharedStore
 from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
@@ -221,6 +221,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     Raises:
         UnsharedStore: the store is ``memory://``, which the journal's processes cannot see.
         JavaMissing: no Java runtime.
+        PortInUse: the /metrics port is taken.
         JournalFailed: a query died; its error is in the message.
     """
     check_store(settings.effective_database_url)
@@ -230,7 +231,13 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     store.dispose()
     journal = JournalStore(settings.effective_database_url, pooled=False)
     metrics = JournalMetrics(journal)
-    port = metrics.serve(settings.host, settings.journal_metrics_port)
+    try:
+        port = metrics.serve(settings.host, settings.journal_metrics_port)
+    except OSError as exc:
+        journal.dispose()
+        raise PortInUse(f"cannot serve the journal's /metrics on {settings.host}:{settings.journal_metrics_port}: "
+                        f"{exc.strerror}; a second journal process on this machine (a standby) needs a "
+                        "--metrics-port of its own, or 0") from None
     if port:
         log.info("journal metrics on http://%s:%d/metrics", settings.host, port)
     stopping = stop or threading.Event()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,17 @@ def test_journal_run_says_java_is_missing(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "needs Java 17 or newer" in done.stderr and "JAVA_HOME" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_second_journal_on_a_taken_metrics_port_says_so(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        env.update({"TOYMB_DATA_DIR": str(tmp_path), "TOYMB_JOURNAL_METRICS_PORT": str(port)})
+        done = subprocess.run([sys.executable, "-m", "broker", "journal", "run", "--once"], env=env,
+                              cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"cannot serve the journal's /metrics on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "--metrics-port of its own" in done.stderr and "Traceback" not in done.stderr
