@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from broker.appender import Appender
+from broker.envelope import NewMessage
 from broker.store.sql import Store
 from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
-from tests.bridges_kafka.test_crash import PARTITIONS, TOTAL, _publish_stream
 from tests.journal.conftest import assert_journal_matches, fill_store, sample_message
 from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
 from tests.support import wait_progressing, wait_until
@@ -26,6 +26,9 @@ from tests.support import wait_progressing, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 LEASE_MS = 5000
+TOTAL = 20_000
+PARTITIONS = 4
+KILLS = 3
 STALL_S = 240   # a journal that neither logs nor commits for this long is stuck, not slow
 
 
@@ -33,6 +36,37 @@ def _progress(workdir: Path) -> tuple[int, ...]:
     logs = sorted(workdir.glob("journal-*.log"))
     return (*[p.stat().st_size for p in logs], len(list((workdir / "journal" / "_delta_log").glob("*.json")))
             if (workdir / "journal" / "_delta_log").is_dir() else 0)
+
+
+def _publish_in_phases(url: str, phases: list[threading.Event], stop: threading.Event) -> threading.Thread:
+    """Append TOTAL messages to "orders" (and some to an unrouted topic) in ``len(phases)`` equal
+    parts, part k once ``phases[k]`` is set: so there is work before and after every kill."""
+    def run() -> None:
+        store = Store(url)
+        appender = Appender(store)
+        appender.start()
+        try:
+            topic, _ = store.ensure_topic("orders", PARTITIONS)
+            noise, _ = store.ensure_topic("noise", 1)
+            per_phase = TOTAL // len(phases)
+            for k, go in enumerate(phases):
+                while not go.wait(0.2):
+                    if stop.is_set():
+                        return
+                for start in range(k * per_phase, (k + 1) * per_phase, 250):
+                    batch = [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
+                                        "text/plain", f"order {i}".encode()) for i in range(start, start + 250)]
+                    appender.append(topic, batch)
+                    appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])
+                    if stop.wait(0.25):
+                        return
+        finally:
+            appender.stop()
+            store.dispose()
+
+    thread = threading.Thread(target=run, name="publisher", daemon=True)
+    thread.start()
+    return thread
 
 
 def _standing_by(job: Journal) -> bool:
@@ -60,12 +94,14 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
     jobs = {n: Journal(tmp_path, n, url, "--routes", str(routes), "--max-rows", "3000", "--master", "local[2]",
                        lease_ms=LEASE_MS).start() for n in ("a", "b")}
     stop = threading.Event()
-    publisher = _publish_stream(url, stop)
+    phases = [threading.Event() for _ in range(KILLS + 1)]
+    phases[0].set()
+    publisher = _publish_in_phases(url, phases, stop)
     rng = random.Random(20)
     took: list[float] = []      # SIGKILL -> the standby holds the lease
     resumed: list[float] = []   # SIGKILL -> its first commit to the table
     try:
-        for _kill in range(3):
+        for kill in range(KILLS):
             def working() -> bool:
                 assert all(j.alive() for j in jobs.values()), "\n".join(j.log_tail() for j in jobs.values())
                 found = _active(jobs, url)
@@ -79,6 +115,7 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
             leader, epoch = found
             killed_at = time.monotonic()
             leader.kill()
+            phases[kill + 1].set()   # more messages for the new leader
             wait_until(lambda: (lease_holder(url) or (0, 0))[1] > epoch, timeout=STALL_S,  # noqa: B023
                        interval=0.05, what="the standby taking the lease")
             took.append(time.monotonic() - killed_at)
