@@ -138,8 +138,10 @@ svc_sigkill() {
     kill_pid "$1"
 }
 
+# Journal processes fetch the jars on first use, maybe several at once (xdist workers): one at a time.
 case "${1:-}" in
-    jars) install; echo "$JARS_DIR" ;;
+    install) with_lock; install ;;
+    jars) with_lock; install; echo "$JARS_DIR" ;;
     master-url) echo "spark://$SPARK_HOST:$MASTER_PORT" ;;
     kill-worker)
         pid="$(cat "$(worker_pidfile "${2:?worker number}")" 2>/dev/null)" || die "worker $2 not running"
