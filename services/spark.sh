@@ -13,7 +13,7 @@
 #      TOYMB_SPARK_WORKER_PORTS ("7078 7079"), TOYMB_SPARK_WORKER_MEMORY (768m), TOYMB_PYTHON.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 svc_init spark
-PID_MATCH="spark-cluster"
+PID_MATCH="org.apache.spark.deploy.master.Master"   # spark-class execs java: its command line
 
 # Delta Lake 4.4 is built per Spark minor version; this artifact is the one for Spark 4.2, the
 # PySpark pyproject.toml pins. Change both together.
@@ -99,8 +99,8 @@ svc_launch() {
     local home
     home="$(spark_home)"
     SPARK_HOME="$home" SPARK_LOCAL_IP="$SPARK_HOST" SPARK_DAEMON_MEMORY=256m start_detached "$LOGFILE" \
-        bash -c 'exec -a spark-cluster "$@"' spark-cluster "$home/bin/spark-class" \
-        org.apache.spark.deploy.master.Master --host "$SPARK_HOST" --port "$MASTER_PORT" --webui-port "$UI_PORT"
+        "$home/bin/spark-class" org.apache.spark.deploy.master.Master \
+        --host "$SPARK_HOST" --port "$MASTER_PORT" --webui-port "$UI_PORT"
 }
 
 svc_after_ports() {
@@ -118,23 +118,28 @@ svc_after_ports() {
     done
 }
 
+# stop_workers term|kill: stop both workers (SIGTERM, SIGKILL after 20 s), or SIGKILL them.
 stop_workers() {
     local n pid
     for n in 1 2; do
         pid="$(cat "$(worker_pidfile "$n")" 2>/dev/null || true)"
-        [[ -n "$pid" ]] && { "$@" "$pid" || true; }
+        if [[ -n "$pid" && "$1" == kill ]]; then
+            kill_pid "$pid" || true
+        elif [[ -n "$pid" ]]; then
+            stop_pid "$pid" 20 || true
+        fi
         rm -f "$(worker_pidfile "$n")"
     done
 }
 
 svc_halt() {
-    stop_workers stop_pid 20
+    stop_workers term
     stop_pid "$1" "$SVC_STOP_TIMEOUT"
     wait_for_port_closed "$SVC_HOST" "$MASTER_PORT" 10 || true
 }
 
 svc_sigkill() {
-    stop_workers kill_pid
+    stop_workers kill
     kill_pid "$1"
 }
 
@@ -147,5 +152,9 @@ case "${1:-}" in
         pid="$(cat "$(worker_pidfile "${2:?worker number}")" 2>/dev/null)" || die "worker $2 not running"
         kill_pid "$pid"; log "killed (SIGKILL) worker $2 (pid $pid)" ;;
     start-worker) launch_worker "${2:?worker number}"; log "started worker $2" ;;
+    # The workers go first, and even when the master is gone already.
+    stop) if [[ "${2:-}" == "--kill" ]]; then stop_workers kill; else stop_workers term; fi
+          svc_main "$@" ;;
+    kill) stop_workers kill; svc_main "$@" ;;
     *) svc_main "$@" ;;
 esac
