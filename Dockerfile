@@ -1,30 +1,84 @@
-# One image for every ToyMB process: `toymb serve` (a node), `toymb journal run` (Spark), `toymb consume`.
-FROM python:3.11-slim-bookworm
+# ToyMB's images, from one base: `--target node` (`toymb serve`, no Java) and `--target journal`
+# (`toymb journal run`: Spark, Java, the Kafka and JMS bridges).
+# BASE is any Debian image: python:3.11-slim (the default, for users with a registry) or the offline
+# base `services/docker.sh start` builds with debootstrap (toymb/debian:bookworm), where Python
+# comes from Debian. Build with the host's network when the engine runs without iptables:
+#   docker build --network host --build-arg BASE=toymb/debian:bookworm --target node -t toymb-node .
+ARG BASE=python:3.11-slim
 
-RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless curl procps maven \
- && rm -rf /var/lib/apt/lists/*
+# The runtime every stage shares: a Python 3.11+ and the non-root user.
+FROM ${BASE} AS runtime
+RUN set -e; if ! command -v python3 >/dev/null; then \
+      apt-get update -q && apt-get install -y -q --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*; fi; \
+    useradd --system --uid 10001 --user-group --home-dir /data toymb && mkdir -p /data && chown toymb:toymb /data
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY broker broker
-COPY driver driver
-COPY journal_spark journal_spark
-COPY bench bench
-RUN pip install --no-cache-dir '.[journal]'
-# The journal table's Delta Lake jars, fetched from Maven Central at build time by the project's script.
-COPY services/lib.sh services/spark.sh services/
-RUN TOYMB_SERVICES_DIR=/opt/toymb bash services/spark.sh install && rm -rf /root/.m2
-ENV TOYMB_DELTA_JARS=/opt/toymb/spark/delta-4.4.0
+# The virtualenv, built apart: pip, wheels and caches stay out of the final images. Dependencies
+# first, in layers of their own, so a change of code reuses them; every one ships as a wheel (no compiler).
+FROM runtime AS deps
+RUN set -e; if ! python3 -c 'import ensurepip' 2>/dev/null; then \
+      apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && rm -rf /var/lib/apt/lists/*; fi; \
+    python3 -m venv /opt/toymb
+COPY pyproject.toml deploy/requirements.py /src/
+RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml >/src/requirements.txt \
+ && /opt/toymb/bin/pip install -q --no-cache-dir --only-binary=:all: -r /src/requirements.txt
 
-RUN useradd --system --uid 10001 --home /data toymb && mkdir -p /data && chown toymb /data
+FROM deps AS build
+COPY README.md /src/
+COPY broker /src/broker
+COPY driver /src/driver
+COPY journal_spark /src/journal_spark
+COPY bench /src/bench
+RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
+ && /opt/toymb/bin/pip uninstall -q -y pip setuptools
+
+# A node: `docker run toymb-node serve --help`. (The classic builder builds every stage before its
+# target: the node's come first.)
+FROM runtime AS node
+COPY --from=build /opt/toymb /opt/toymb
+ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data TOYMB_PORT=8080 PYTHONDONTWRITEBYTECODE=1
 USER toymb
-ENV TOYMB_DATA_DIR=/data \
-    PYSPARK_PYTHON=/usr/local/bin/python \
-    PYSPARK_DRIVER_PYTHON=/usr/local/bin/python
+WORKDIR /data
 VOLUME /data
 EXPOSE 8080
-HEALTHCHECK --interval=10s --timeout=3s --retries=5 \
-  CMD curl -fs "http://127.0.0.1:${TOYMB_PORT:-8080}/health" || exit 1
+HEALTHCHECK --interval=5s --timeout=3s --start-period=30s --retries=6 \
+  CMD ["python3", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/health' % os.environ.get('TOYMB_PORT', '8080'), timeout=2)"]
 ENTRYPOINT ["toymb"]
 CMD ["serve"]
+
+FROM deps AS deps-journal
+# pyspark is published as a source archive only: pip builds its (pure Python) wheel.
+RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml --no-core journal >/src/journal.txt \
+ && /opt/toymb/bin/pip install -q --no-cache-dir --use-pep517 -r /src/journal.txt
+
+FROM deps-journal AS build-journal
+COPY --from=build /src /src
+RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
+ && /opt/toymb/bin/pip uninstall -q -y pip setuptools
+
+# The journal table's Delta Lake jars, fetched from Maven Central by the project's own script;
+# Maven and its JDK stay in this stage.
+FROM runtime AS delta-jars
+USER root
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends maven bash \
+ && rm -rf /var/lib/apt/lists/*
+COPY services/lib.sh services/spark.sh /src/services/
+RUN TOYMB_SERVICES_DIR=/opt/toymb-services bash /src/services/spark.sh install \
+ && mv /opt/toymb-services/spark/delta-* /opt/delta-jars
+
+# The journal: Java for Spark, the same virtualenv with the journal extras.
+FROM runtime AS journal
+USER root
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends default-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build-journal /opt/toymb /opt/toymb
+COPY --from=delta-jars /opt/delta-jars /opt/delta-jars
+ENV TOYMB_DELTA_JARS=/opt/delta-jars
+ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data PYSPARK_PYTHON=/opt/toymb/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/toymb/bin/python PYTHONDONTWRITEBYTECODE=1
+USER toymb
+WORKDIR /data
+VOLUME /data
+HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=6 \
+  CMD ["python3", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/metrics' % os.environ.get('TOYMB_JOURNAL_METRICS_PORT', '9464'), timeout=4)"]
+ENTRYPOINT ["toymb"]
+CMD ["journal", "run"]

@@ -11,7 +11,7 @@ PYTEST_ARGS ?= -q -rs -p no:cacheprovider --dist loadgroup
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: install run serve journal test services services-stop lint typecheck bench clean
+.PHONY: install run serve journal test services services-stop docker lint typecheck bench clean
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -40,16 +40,25 @@ services:
 services-stop:
 	bash services/all.sh stop
 
-# Services start in the background while the venv installs; the Spark JVM's class archive is built
-# (journal_spark/jvm_archive.py; kept in .services) from then on, beside the services' start and the
-# checkers; then the suite in parallel (pytest-xdist). No test restarts a shared service, so workers
-# cannot disturb each other; the slowest tests are listed at the end, pass or fail.
+# The Docker engine (installed and started when missing) and the offline base image; the compose
+# cluster's test builds the images from there. `bash services/docker.sh stop` stops the engine.
+docker:
+	bash services/docker.sh start
+
+# Services and the Docker engine start in the background while the venv installs; the Spark JVM's
+# class archive is built (journal_spark/jvm_archive.py; kept in .services) from then on, beside the
+# services' start and the checkers; then the suite in parallel (pytest-xdist). An engine that cannot
+# start does not stop the run: tests/packaging/test_docker_cluster.py reports why (a failure under
+# CI). No test restarts a shared service, so workers cannot disturb each other; the slowest tests
+# are listed at the end, pass or fail.
 test:
-	@mkdir -p .services; bash services/all.sh start >.services/start.log 2>&1 & services=$$!; \
+	@mkdir -p .services/docker; bash services/all.sh start >.services/start.log 2>&1 & services=$$!; \
+	bash services/docker.sh start >.services/docker/start.log 2>&1 & docker=$$!; \
 	$(MAKE) --no-print-directory install; installed=$$?; archive=""; \
 	if [[ $$installed == 0 ]]; then \
 	  $(BIN)/python -m journal_spark.jvm_archive build .services >.services/jvm-archive.log 2>&1 & archive=$$!; fi; \
 	wait $$services; started=$$?; cat .services/start.log; \
+	wait $$docker || echo "make test: no Docker engine (see .services/docker/start.log)" >&2; cat .services/docker/start.log; \
 	if [[ $$installed != 0 || $$started != 0 ]]; then \
 	  [[ -z $$archive ]] || kill $$archive 2>/dev/null; echo "make test: setup failed" >&2; exit 1; fi; \
 	$(MAKE) --no-print-directory lint; linted=$$?; \

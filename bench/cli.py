@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-BENCHES = ("publish", "concurrency", "push", "journal", "cluster", "kafka_bridge", "jms_bridge", "nats_bridge")
+BENCHES = ("publish", "concurrency", "push", "push_features", "journal", "cluster", "kafka_bridge", "jms_bridge",
+           "nats_bridge", "console")
 
 
 @click.command()

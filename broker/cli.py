@@ -1,4 +1,4 @@
-"""The ``toymb`` command: serve, journal, consume, bench."""
+"""The ``toymb`` command: serve, status, journal, consume, bench."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from .config import load_settings
+from .console.status import status
 from .errors import ConfigError
 from .logs import setup_logging
 
@@ -40,18 +41,28 @@ def serve(config_file: str | None, **flags: Any) -> None:
         raise click.ClickException(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}") from None
 
 
-def _add_optional(module_name: str, attr: str) -> None:
+_OWN_PACKAGES = {"broker", "driver", "journal_spark", "nats_bridge", "bench"}
+
+
+def _add_optional(module_name: str, attr: str, group: click.Group | None = None, name: str | None = None) -> None:
+    """Add a command whose module, or whose extra's third-party packages, may not be installed
+    (a node installed without ``[journal]`` has ``journal_spark`` but not ``stomp``). A module of
+    our own packages missing under one that is installed is a bug, and still raises."""
     try:
         module = __import__(module_name, fromlist=[attr])
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
+        missing = exc.name or ""
+        if missing != module_name and not module_name.startswith(missing + ".") \
+                and missing.split(".")[0] in _OWN_PACKAGES:
             raise
         return
-    main.add_command(getattr(module, attr))
+    (group or main).add_command(getattr(module, attr), name)
 
 
+main.add_command(status)
 _add_optional("journal_spark.cli", "journal")
 _add_optional("driver.cli", "consume")
+_add_optional("driver.seek_cli", "seek")
 _add_optional("bench.cli", "bench")
 _add_optional("journal_spark.jms.cli", "bridge")
 
@@ -59,13 +70,9 @@ _add_optional("journal_spark.jms.cli", "bridge")
 def _add_ingress_commands() -> None:
     """``toymb journal ingress`` (Kafka) and ``toymb journal jms-ingress`` (JMS) beside ``run``."""
     journal = main.commands.get("journal")
-    if not isinstance(journal, click.Group):
-        return
-    from journal_spark.ingress_cli import ingress
-    from journal_spark.jms.cli import jms_ingress
-
-    journal.add_command(ingress, "ingress")
-    journal.add_command(jms_ingress, "jms-ingress")
+    if isinstance(journal, click.Group):
+        _add_optional("journal_spark.ingress_cli", "ingress", journal, "ingress")
+        _add_optional("journal_spark.jms.cli", "jms_ingress", journal, "jms-ingress")
 
 
 _add_ingress_commands()
@@ -76,9 +83,7 @@ def _add_nats_bridge() -> None:
     """``toymb bridge nats --routes FILE`` beside the JMS bridges' management commands."""
     bridge = main.commands.get("bridge")
     if isinstance(bridge, click.Group):
-        from nats_bridge.cli import nats_bridge
-
-        bridge.add_command(nats_bridge)
+        _add_optional("nats_bridge.cli", "nats_bridge", bridge)
 
 
 _add_nats_bridge()

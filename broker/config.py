@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,16 @@ def _positive(parse: Callable[[str], int]) -> Callable[[str], int]:
         value = parse(text)
         if value <= 0:
             raise ValueError(f"must be positive, got {value}")
+        return value
+
+    return check
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def check(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise ValueError(f"must be at least {low}, got {value}")
         return value
 
     return check
@@ -157,6 +168,13 @@ class Settings:
     journal_metrics_port: int = _field(9464, _port, "port of the journal's /metrics (0: off)")
     journal_lease_ms: int = _field(10000, _pos, "lease period of the active journal process; a standby "
                                    "takes over once it expires")
+    console_refresh_ms: int = _field(2000, _at_least(500), "how often the console page refreshes (at least 500)")
+    console_bridges: tuple[str, ...] = _field(
+        (), _list, "NAME=URL of bridge management APIs the console shows and may pause/resume, comma-separated "
+        "(the node calls only these)", "console.bridges")
+    console_journal_metrics: str = _field("", str, "URL of the journal job's /metrics the console reads its health "
+                                          "from (empty: the store's journaled offsets only)",
+                                          "console.journal.metrics")
     log_level: str = _field("INFO", str, "logging level")
 
     @property
@@ -300,5 +318,23 @@ def _validate(values: dict[str, Any]) -> None:
     if url and not url.startswith(("sqlite", "postgresql", "mysql", "mariadb", "memory://")):
         raise ConfigError(f"database_url must be sqlite://, postgresql:// or mysql:// (MariaDB) (or memory://<name> "
                           f"for a node alone), got {url!r}")
+    _validate_console(values["console_bridges"], values["console_journal_metrics"])
     if values["log_level"].upper() not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise ConfigError(f"log_level must be DEBUG, INFO, WARNING or ERROR, got {values['log_level']!r}")
+
+
+_CONSOLE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def _validate_console(bridges: tuple[str, ...], journal_metrics: str) -> None:
+    """The console calls only these addresses, so each must be a plain http(s) URL with a unique name."""
+    seen: set[str] = set()
+    for item in bridges:
+        name, sep, url = item.partition("=")
+        if not sep or not _CONSOLE_NAME.fullmatch(name) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"console bridge {item!r} is not NAME=http://host:port (NAME: letters, digits, ._-)")
+        if name in seen:
+            raise ConfigError(f"console bridge name {name!r} is given twice")
+        seen.add(name)
+    if journal_metrics and not journal_metrics.startswith(("http://", "https://")):
+        raise ConfigError(f"console_journal_metrics must be an http(s) URL, got {journal_metrics!r}")

@@ -15,7 +15,7 @@ from .delivery import Delivery
 from .longpoll import LongPolls
 from .metrics import Metrics
 from .publish import Publisher, check_name
-from .store import MessageStore, Topic
+from .store import JournalRepository, MessageStore, Topic
 from .topics import Topics
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ class Node:
     def __init__(self, settings: Settings, *, store: MessageStore, metrics: Metrics, long_polls: LongPolls,
                  topics: Topics, appender: Appender, publisher: Publisher, membership: Membership,
                  router: Router, delivery: Delivery, retention: Retention | None,
-                 push_addresses: Callable[[str], list[str]], services: Sequence[Service]) -> None:
+                 push_addresses: Callable[[str], list[str]], services: Sequence[Service],
+                 journal: JournalRepository | None = None) -> None:
         self.settings = settings
         self.name = settings.node_name
         self.id = node_id(self.name)
@@ -57,6 +58,8 @@ class Node:
         self.router = router
         self.delivery = delivery
         self.retention = retention
+        # The journal's offsets in the shared store (read by the console), on the same pool.
+        self.journal = journal
         # The addresses a push URL may be connected to, or a BrokerError (the push allowlist). It
         # runs at registration and for every push connection.
         self.push_addresses = push_addresses

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from driver.names import NAME_PATTERN, is_name
 
 from .enrichers import TopicEnricher, load_enrichers
-from .envelope import Limits, NewMessage, decode_body, parse_message
+from .envelope import Limits, NewMessage, decode_body, new_ids, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
 
 if TYPE_CHECKING:
@@ -50,7 +50,10 @@ class Publisher:
             limit = self.settings.max_batch
             if len(items) > limit:
                 raise LimitExceeded(f"a batch holds at most {limit} messages", limit="batch", max=limit)
-            return [parse_message(item, self.limits) for item in items], True
+            now_ms = int(time.time() * 1000)
+            ids = new_ids(len(items))
+            pairs = zip(items, ids, strict=True)
+            return [parse_message(item, self.limits, new_id, now_ms) for item, new_id in pairs], True
         return [parse_message(payload, self.limits)], False
 
     def enrich(self, topic: str, messages: list[NewMessage]) -> list[NewMessage]:
@@ -92,8 +95,8 @@ class Publisher:
         new = sum(1 for s in stored if not s.duplicate)
         status = 201 if new else 200
         if is_batch:
-            return status, {"messages": [dict(s.coordinates(), duplicate=s.duplicate) for s in stored]}
-        return status, dict(stored[0].coordinates(), duplicate=stored[0].duplicate)
+            return status, {"messages": [s.answer() for s in stored]}
+        return status, stored[0].answer()
 
     def append(self, topic_name: str, messages: list[NewMessage]) -> list[Stored]:
         """Enrich validated ``messages``, store them in ``topic_name`` (created on first use), count them.

@@ -86,5 +86,6 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
         services.append(retention)
     node = Node(settings, store=store, metrics=metrics, long_polls=long_polls, topics=topics, appender=appender,
                 publisher=publisher, membership=membership, router=router, delivery=delivery,
-                retention=retention, push_addresses=allowlist.addresses, services=services)
+                retention=retention, push_addresses=allowlist.addresses, services=services,
+                journal=repositories.journal)
     return node, authorizer

@@ -297,9 +297,15 @@ class Template:
     # -- subscribers ----------------------------------------------------------------------------
 
     def register(self, topic: str, group: str, *, mode: Literal["push", "pull"], url: str | None = None,
-                 subscriber_id: str | None = None, start: str | None = None) -> Registered:
-        """Register (or re-register, keeping its identity) a subscriber of ``group`` on ``topic``."""
-        payload: dict[str, Any] = {"mode": mode}
+                 subscriber_id: str | None = None, start: str | None = None,
+                 **options: Any) -> Registered:
+        """Register (or re-register, keeping its identity) a subscriber of ``group`` on ``topic``.
+
+        ``options`` are the registration's delivery options, sent as given when not None: the
+        group's ``filter`` and ``dead_letter`` policy; a push subscriber's ``format``, ``secret``,
+        ``new_secret`` and ``secret_overlap_ms``. A secret the broker made is in ``raw["secret"]``.
+        """
+        payload: dict[str, Any] = {"mode": mode, **{k: v for k, v in options.items() if v is not None}}
         if url is not None:
             payload["url"] = url
         if subscriber_id is not None:
@@ -342,6 +348,52 @@ class Template:
             return
         payload = {"subscriber": subscriber_id, "offsets": {str(p): o for p, o in offsets.items()}}
         self.request("POST", _path("v1", "topics", topic, "groups", group, "offsets"), payload=payload)
+
+
+    def nack(self, topic: str, group: str, subscriber_id: str, positions: Iterable[tuple[int, int]]) -> list[int]:
+        """Give fetched messages ``(partition, offset)`` back for redelivery now; the partitions rewound."""
+        payload = {"subscriber": subscriber_id,
+                   "messages": [{"partition": p, "offset": o} for p, o in positions]}
+        answer = self._json("POST", _path("v1", "topics", topic, "groups", group, "nack"), payload=payload)
+        return [int(p) for p in answer.get("rewound", [])]
+
+    def extend(self, topic: str, group: str, subscriber_id: str, positions: Iterable[tuple[int, int]],
+               extend_ms: int) -> list[int]:
+        """Hold back redelivery of fetched messages for ``extend_ms`` from now; the partitions extended."""
+        payload = {"subscriber": subscriber_id, "extend_ms": extend_ms,
+                   "messages": [{"partition": p, "offset": o} for p, o in positions]}
+        answer = self._json("POST", _path("v1", "topics", topic, "groups", group, "extend"), payload=payload)
+        return [int(p) for p in answer.get("extended", [])]
+
+    def seek(self, topic: str, group: str, *, to: Literal["earliest", "latest"] | None = None,
+             timestamp: int | None = None, offsets: Mapping[int, int] | None = None,
+             partitions: Iterable[int] | None = None) -> dict[int, int]:
+        """Move ``group``'s committed offsets (admin role): to the first message at or after
+        ``timestamp`` (ms since the epoch), to the ``"earliest"`` or ``"latest"`` offset, or to
+        ``offsets``; for ``partitions`` (default all). Returns the new offsets."""
+        payload: dict[str, Any] = {}
+        if to is not None:
+            payload["to"] = to
+        if timestamp is not None:
+            payload["timestamp"] = timestamp
+        if offsets is not None:
+            payload["offsets"] = {str(p): o for p, o in offsets.items()}
+        if partitions is not None:
+            payload["partitions"] = list(partitions)
+        answer = self._json("POST", _path("v1", "topics", topic, "groups", group, "seek"), payload=payload)
+        return {int(p): int(o) for p, o in answer.get("offsets", {}).items()}
+
+    def rotate_secret(self, topic: str, group: str, subscriber_id: str, *, secret: str | None = None,
+                      overlap_ms: int = 0) -> dict[str, Any]:
+        """Make ``secret`` (or a new one, returned as ``"secret"``) a push subscriber's signing secret;
+        the previous one stays valid ``overlap_ms``."""
+        payload: dict[str, Any] = {"overlap_ms": overlap_ms}
+        if secret is not None:
+            payload["secret"] = secret
+        result: dict[str, Any] = self._json(
+            "POST", _path("v1", "topics", topic, "groups", group, "subscribers", subscriber_id, "secret"),
+            payload=payload)
+        return result
 
 
 #: ``Client`` is the same class under the name used by most HTTP libraries.

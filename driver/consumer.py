@@ -9,6 +9,7 @@ is not listening yet; registration keeps retrying while the broker is down.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import threading
@@ -88,7 +89,8 @@ class Consumer:
         self._started = True
         for sid, sub in self._ids.items():
             membership = Membership(self.template, sub, sid, mode="push", url=self.push_url,
-                                    heartbeat_s=self.heartbeat_s)
+                                    heartbeat_s=self.heartbeat_s,
+                                    on_secret=functools.partial(self.dispatcher.set_secret, sid))
             self.memberships.append(membership)
             membership.start()
         return self

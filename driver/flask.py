@@ -20,6 +20,7 @@ Config keys (each falls back to its environment twin): ``TOYMB_URLS``, ``TOYMB_T
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 import time
@@ -32,7 +33,7 @@ from flask import Flask, Response, jsonify, request
 from . import config
 from .client import Template
 from .membership import Membership, on_sigterm
-from .receiver import DEFAULT_PATH, MAX_PUSH_BYTES, PushDispatcher
+from .receiver import DEFAULT_PATH, MAX_PUSH_BYTES, PushDispatcher, handle_signed
 from .subscribe import Subscription, subscribe, subscriptions_in
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,7 @@ class ToyMB:
             return jsonify(status="up", subscribers=self.dispatcher.subscriber_ids), 200
         if (request.content_length or 0) > MAX_PUSH_BYTES:
             return jsonify(error="payload_too_large", message="push body too large"), 413
-        body = request.get_json(silent=True)
-        if body is None:
-            return jsonify(error="bad_json", message="the push body is not JSON"), 400
-        status, answer = self.dispatcher.handle(body)
+        status, answer = handle_signed(self.dispatcher, request.headers, request.get_data(cache=False))
         return jsonify(answer), status
 
     def _first_request(self) -> None:
@@ -138,7 +136,8 @@ class ToyMB:
                 return
             sid = sub.stable_id(self.app_name)
             self.dispatcher.add(sid, sub.handler())
-            membership = Membership(self.template, sub, sid, mode="push", url=url)
+            membership = Membership(self.template, sub, sid, mode="push", url=url,
+                                    on_secret=functools.partial(self.dispatcher.set_secret, sid))
             self.memberships.append(membership)
             membership.start()
         log.info("toymb: %d subscription(s) of %s registering for %s", len(subscriptions), self.app_name, url)

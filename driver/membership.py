@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Heartbeat period when the broker does not say how long a lease lasts (its default is 15 s).
 DEFAULT_HEARTBEAT_S = 3.0
+#: How long the secret of an earlier registration keeps signing after a new one is made.
+SECRET_OVERLAP_MS = 60_000
 
 
 class Membership:
@@ -38,12 +40,17 @@ class Membership:
         heartbeat_s: seconds between heartbeats; default a third of the lease the broker
             reports, else 3 s.
         backoff_max_s: the longest pause between registration attempts.
+        on_secret: push only: receives the signing secret the broker makes at each registration
+            (the receiver then checks every push's signature); without it, pushes are not signed
+            for this process.
     """
 
     def __init__(self, template: Template, subscription: Subscription, subscriber_id: str, *,
                  mode: Literal["push", "pull"], url: str | None = None, heartbeat_s: float | None = None,
-                 backoff_s: float = 0.2, backoff_max_s: float = 5.0) -> None:
+                 backoff_s: float = 0.2, backoff_max_s: float = 5.0,
+                 on_secret: Callable[[str], None] | None = None) -> None:
         self.template = template
+        self.on_secret = on_secret
         self.subscription = subscription
         self.subscriber_id = subscriber_id
         self.mode: Literal["push", "pull"] = mode
@@ -76,8 +83,18 @@ class Membership:
     def register_once(self) -> Registered:
         """One registration attempt; on success, marks this membership registered."""
         sub = self.subscription
+        signed = self.mode == "push" and self.on_secret is not None
+        # A new secret at every registration (this process cannot know an earlier one); the previous
+        # one keeps signing for a while, so pushes already on their way still verify.
         answer = self.template.register(sub.topic, sub.group, mode=self.mode, url=self.url,
-                                        subscriber_id=self.subscriber_id, start=sub.start)
+                                        subscriber_id=self.subscriber_id, start=sub.start,
+                                        new_secret=True if signed else None,
+                                        secret_overlap_ms=SECRET_OVERLAP_MS if signed else None,
+                                        filter=sub.filter,
+                                        dead_letter=None if sub.dead_letter is None else dict(sub.dead_letter))
+        secret = answer.raw.get("secret")
+        if signed and isinstance(secret, str) and self.on_secret is not None:
+            self.on_secret(secret)
         self.last = answer
         self.error = None
         self.registered.set()

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import SerializationError
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain"
 BINARY_TYPE = "application/octet-stream"
+
+
+class Settlement(Protocol):
+    """What a pull consumer lets its messages do with themselves (see :meth:`Message.nack`)."""
+
+    def nack(self, message: Message) -> None: ...
+    def extend(self, message: Message, extend_ms: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,37 @@ class Message:
     headers: Mapping[str, str] = field(default_factory=dict)
     timestamp: int = 0
     content_type: str = JSON_TYPE
+    #: Which delivery of this message this is, counted from 1 (more means a redelivery).
+    delivery_attempt: int = 1
+    _settlement: Settlement | None = field(default=None, compare=False, repr=False)
+
+    def nack(self) -> None:
+        """Give this pulled message back: the broker delivers it (and what follows it in its
+        partition) again at once. It is not committed.
+
+        Raises:
+            RuntimeError: the message did not come from a :class:`~driver.pull.PullConsumer`.
+        """
+        self._settled().nack(self)
+
+    def extend(self, extend_ms: int = 30_000) -> None:
+        """Keep this pulled message from being redelivered for ``extend_ms`` from now, while it is
+        still being worked on (at most 600,000 ms).
+
+        Raises:
+            RuntimeError: the message did not come from a :class:`~driver.pull.PullConsumer`.
+        """
+        self._settled().extend(self, extend_ms)
+
+    def _settled(self) -> Settlement:
+        if self._settlement is None:
+            raise RuntimeError("nack() and extend() are for messages of a PullConsumer; "
+                               "a push handler raises to have its message delivered again")
+        return self._settlement
+
+    def settled_by(self, settlement: Settlement) -> Message:
+        """This message, with ``settlement`` answering its nack() and extend()."""
+        return dataclasses.replace(self, _settlement=settlement)
 
     @property
     def datetime(self) -> _dt.datetime:
@@ -64,7 +103,8 @@ class Message:
                       key=None if envelope.get("key") is None else str(envelope["key"]),
                       body=body, headers={str(k): str(v) for k, v in dict(headers).items()},
                       timestamp=_int(envelope.get("timestamp", 0)),
-                      content_type=str(envelope.get("content_type") or JSON_TYPE))
+                      content_type=str(envelope.get("content_type") or JSON_TYPE),
+                      delivery_attempt=_int(envelope.get("delivery_attempt", 1)))
         except (KeyError, TypeError, binascii.Error) as exc:
             raise ValueError(f"not a message envelope: {exc!r}") from None
         return msg

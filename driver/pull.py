@@ -9,6 +9,10 @@
 Only handled messages are committed. A message counts as handled when its handler (or loop body)
 returned. After one fails, the rest of its partition is held back until the broker delivers the
 failed message again, so a later commit can never acknowledge it by accident.
+
+``message.nack()`` gives a message back at once (it counts as failed, without waiting for the
+redelivery period); ``message.extend(ms)`` keeps it from being redelivered while it is still
+being worked on. ``message.delivery_attempt`` says which delivery this is.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
 from .client import Template
@@ -41,12 +45,15 @@ class PullConsumer:
         max_messages: most messages per fetch.
         wait_ms: how long one fetch waits for messages.
         heartbeat_s: heartbeat period override.
+        filter: the group's filter (see :func:`~driver.subscribe.subscribe`).
+        dead_letter: the group's dead-letter policy (see :func:`~driver.subscribe.subscribe`).
     """
 
     def __init__(self, topic: str, group: str, *, template: Template | None = None,
                  subscriber_id: str | None = None, app_name: str | None = None,
                  start: Literal["latest", "earliest"] = "latest", max_messages: int = 100,
-                 wait_ms: int = 5000, heartbeat_s: float | None = None) -> None:
+                 wait_ms: int = 5000, heartbeat_s: float | None = None, filter: str | None = None,
+                 dead_letter: Mapping[str, int] | None = None) -> None:
         check_name(topic, "topic")
         check_name(group, "group")
         if not 1 <= max_messages <= 1000:
@@ -60,7 +67,7 @@ class PullConsumer:
         self.subscriber_id = check_name(subscriber_id, "subscriber id") if subscriber_id else \
             derive_id("pull", topic, group, app_name=app_name)
         sub = Subscription(topic=topic, group=group, target=PullConsumer, subscriber_id=self.subscriber_id,
-                           start=start)
+                           start=start, filter=filter, dead_letter=dead_letter)
         self.membership = Membership(self.template, sub, self.subscriber_id, mode="pull",
                                      heartbeat_s=heartbeat_s)
         # Handled but not yet committed: partition -> highest handled offset.
@@ -69,6 +76,8 @@ class PullConsumer:
         self._expect: dict[int, int] = {}
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        # Given back by message.nack(): (partition, offset).
+        self._nacked: set[tuple[int, int]] = set()
 
     @property
     def committed_pending(self) -> dict[int, int]:
@@ -98,6 +107,24 @@ class PullConsumer:
                 for partition, offset in offsets.items():
                     self._pending[partition] = max(offset, self._pending.get(partition, -1))
             raise
+
+    def nack(self, message: Message) -> None:
+        """:meth:`Message.nack`: give ``message`` back to the broker now; it is not committed."""
+        with self._lock:
+            self._nacked.add((message.partition, message.offset))
+        self.template.nack(self.topic, self.group, self.subscriber_id, [(message.partition, message.offset)])
+
+    def extend(self, message: Message, extend_ms: int) -> None:
+        """:meth:`Message.extend`: hold back the redelivery of ``message`` for ``extend_ms``."""
+        self.template.extend(self.topic, self.group, self.subscriber_id, [(message.partition, message.offset)],
+                             extend_ms)
+
+    def _was_nacked(self, message: Message) -> bool:
+        with self._lock:
+            if (message.partition, message.offset) in self._nacked:
+                self._nacked.discard((message.partition, message.offset))
+                return True
+            return False
 
     def _handled(self, message: Message) -> None:
         with self._lock:
@@ -143,8 +170,9 @@ class PullConsumer:
             return []
         try:
             self.commit()
-            return self.template.fetch(self.topic, self.group, self.subscriber_id,
-                                       max_messages=self.max_messages, wait_ms=self.wait_ms)
+            fetched = self.template.fetch(self.topic, self.group, self.subscriber_id,
+                                          max_messages=self.max_messages, wait_ms=self.wait_ms)
+            return [m.settled_by(self) for m in fetched]
         except NotFound:
             self.membership.lost()
         except (TransportError, Unavailable) as exc:
@@ -158,16 +186,22 @@ class PullConsumer:
         while not self._stopped.is_set():
             batch = self._admissible(self.fetch())
             index = 0
+            given_back: list[Message] = []
             try:
                 for index, message in enumerate(batch):
+                    if any(m.partition == message.partition for m in given_back):
+                        continue  # it comes again after the message given back
                     yield message
-                    # Only reached when the loop body returned: the message was handled.
-                    self._handled(message)
+                    # Only reached when the loop body returned: the message was handled, or nacked.
+                    if self._was_nacked(message):
+                        given_back.append(message)
+                    else:
+                        self._handled(message)
                     index += 1
                     if self._stopped.is_set():
                         break
             finally:
-                self._hold(batch[index:])
+                self._hold(given_back + batch[index:])
         self.commit()
 
     def run(self, handler: Callable[[Message], object]) -> None:
@@ -189,6 +223,9 @@ class PullConsumer:
                     except Exception:
                         log.exception("toymb: handler failed on %s/%d@%d", message.topic, message.partition,
                                       message.offset)
+                        failed.append(message)
+                        continue
+                    if self._was_nacked(message):
                         failed.append(message)
                         continue
                     self._handled(message)

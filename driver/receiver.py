@@ -5,6 +5,11 @@ calls the subscriber's handler for each message in order; a 2xx answer acks them
 handler that raises makes the answer a 500, so the broker delivers the batch again. Messages that
 a failed batch had already handled are remembered (boundedly) and skipped when the batch comes
 back, so only the failed message and those after it run again.
+
+Signatures: once a subscriber has a secret (the broker returns one at registration, and the
+:class:`~driver.consumer.Consumer` hands it over), every push for it must carry a valid Standard
+Webhooks signature with a fresh timestamp, or it is answered 401 and no handler runs. The last
+two secrets are accepted, so a rotation loses nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from .message import Message
+from .signatures import DEFAULT_TOLERANCE_S, SignatureError, Verifier
+
+SUBSCRIBER_HEADER = "toymb-subscriber-id"
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +70,36 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
 class PushDispatcher:
     """Routes push bodies to handlers by subscriber id; independent of any web framework."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tolerance_s: int = DEFAULT_TOLERANCE_S) -> None:
         self._routes: dict[str, _Route] = {}
+        self._secrets: dict[str, list[str]] = {}
+        self.tolerance_s = tolerance_s
 
-    def add(self, subscriber_id: str, handler: Handler) -> None:
-        """Send pushes for ``subscriber_id`` to ``handler``."""
+    def add(self, subscriber_id: str, handler: Handler, secret: str | None = None) -> None:
+        """Send pushes for ``subscriber_id`` to ``handler``; with ``secret``, only signed ones."""
         self._routes[subscriber_id] = _Route(handler)
+        if secret is not None:
+            self.set_secret(subscriber_id, secret)
+
+    def set_secret(self, subscriber_id: str, secret: str) -> None:
+        """Check pushes for ``subscriber_id`` against ``secret`` from now on (and the previous one,
+        which the broker keeps signing with during a rotation's overlap)."""
+        Verifier([secret])  # raises SignatureError on a malformed secret
+        known = self._secrets.get(subscriber_id, [])
+        self._secrets[subscriber_id] = [secret, *[s for s in known if s != secret]][:2]
+
+    def verify(self, subscriber_id: str, headers: Any, raw: bytes) -> tuple[int, dict[str, Any]] | None:
+        """None when the push may be handled; else the 401 to answer. Unsigned pushes pass only for a
+        subscriber without a secret."""
+        secrets = self._secrets.get(subscriber_id)
+        if not secrets:
+            return None
+        try:
+            Verifier(secrets, tolerance_s=self.tolerance_s).verify(dict(headers.items()), raw)
+        except SignatureError as exc:
+            log.warning("toymb: refused a push for %s: %s", subscriber_id, exc)
+            return _error(401, "bad_signature", str(exc))
+        return None
 
     @property
     def subscriber_ids(self) -> list[str]:
@@ -116,13 +148,26 @@ def push_wsgi_app(dispatcher: PushDispatcher, path: str = DEFAULT_PATH) -> Calla
         if (request.content_length or 0) > MAX_PUSH_BYTES:
             return _json(*_error(413, "payload_too_large", f"pushes are limited to {MAX_PUSH_BYTES} bytes"))
         request.max_content_length = MAX_PUSH_BYTES
-        try:
-            body = json.loads(request.get_data(cache=False))
-        except ValueError:
-            return _json(*_error(400, "bad_json", "the push body is not JSON"))
-        return _json(*dispatcher.handle(body))
+        raw = request.get_data(cache=False)
+        return _json(*handle_signed(dispatcher, request.headers, raw))
 
     return app
+
+
+def handle_signed(dispatcher: PushDispatcher, headers: Any, raw: bytes) -> tuple[int, dict[str, Any]]:
+    """Check a push's signature (when its subscriber has a secret), then run it."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _error(400, "bad_json", "the push body is not JSON")
+    named = headers.get(SUBSCRIBER_HEADER)
+    sid = str(body.get("subscriber_id")) if isinstance(body, dict) else ""
+    if named is not None and named != sid:
+        return _error(400, "bad_push", "the subscriber id of the headers and the body differ")
+    refused = dispatcher.verify(sid, headers, raw)
+    if refused is not None:
+        return refused
+    return dispatcher.handle(body)
 
 
 def _json(status: int, body: dict[str, Any]) -> Response:

@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal, TypeVar
@@ -48,6 +48,9 @@ class Subscription:
     target: Callable[..., Any]
     subscriber_id: str | None = None
     start: Literal["latest", "earliest"] = "latest"
+    #: The group's filter (predicate text) and dead-letter policy, sent at registration.
+    filter: str | None = None
+    dead_letter: Mapping[str, int] | None = None
     _instance: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     @property
@@ -125,7 +128,8 @@ def _check_handler(target: Callable[..., Any]) -> None:
 
 
 def subscribe(topic: str, group: str, *, id: str | None = None,
-              start: Literal["latest", "earliest"] = "latest") -> Callable[[H], H]:
+              start: Literal["latest", "earliest"] = "latest", filter: str | None = None,
+              dead_letter: Mapping[str, int] | None = None) -> Callable[[H], H]:
     """Declare a consumer of ``topic`` in ``group``.
 
     Parameters:
@@ -134,6 +138,10 @@ def subscribe(topic: str, group: str, *, id: str | None = None,
         id: a fixed subscriber id. By default it is derived from the app name, the handler and
             the group, so a restart keeps the same id (and partitions).
         start: where a new group begins: ``"latest"`` (default) or ``"earliest"``.
+        filter: the group's filter, e.g. ``"msg.header.region^=eu- && msg.key!=test"``: the
+            handler only gets matching messages; the others count as acknowledged.
+        dead_letter: the group's dead-letter policy, ``{"max_attempts": 5, "min_backoff_ms": 200,
+            "max_backoff_ms": 10000}`` (each optional).
 
     The decorated object is returned unchanged. A function takes one :class:`Message`; a class
     has a no-argument constructor and ``consume(message)``. Returning acks the message; raising
@@ -151,7 +159,8 @@ def subscribe(topic: str, group: str, *, id: str | None = None,
 
     def decorate(target: H) -> H:
         _check_handler(target)
-        sub = Subscription(topic=topic, group=group, target=target, subscriber_id=id, start=start)
+        sub = Subscription(topic=topic, group=group, target=target, subscriber_id=id, start=start,
+                           filter=filter, dead_letter=dead_letter)
         existing = subscriptions_of(target)
         if any((s.topic, s.group) == (topic, group) for s in existing):
             raise ConfigurationError(f"{sub.name} already subscribes to {topic}/{group}")

@@ -1,4 +1,8 @@
-"""Route predicates: ``msg.address==x``, ``msg.header.H!=v`` ... with ``&&``, ``||`` and parentheses.
+"""Route predicates: ``msg.address==x``, ``msg.header.H!=v``, ``msg.key^=prefix`` ... with ``&&``, ``||``
+and parentheses.
+
+``^=`` is prefix matching (a missing header or key matches no prefix). The broker's subscription
+filters (issue 21) use the same language, so a predicate means the same in a route and a filter.
 
 See :mod:`journal_spark.routes` for the grammar. Rows are anything indexable by envelope column
 name (a pyspark ``Row``, a dict).
@@ -10,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .header_names import find_header
 
 
 def row_headers(row: Any) -> dict[str, str]:
@@ -23,7 +29,11 @@ def row_headers(row: Any) -> dict[str, str]:
 
 
 def field_of(row: Any, operand: str) -> str | None:
-    """The value an operand (``msg.address``, ``msg.key``, ``msg.id``, ``msg.header.H``) names."""
+    """The value an operand (``msg.address``, ``msg.key``, ``msg.id``, ``msg.header.H``) names.
+
+    ``msg.header.H`` finds ``H``, else ``jms.H``; a JMS header field by any of its spellings
+    (``CorrelationId``, ``JMSCorrelationID``; see :mod:`journal_spark.header_names`).
+    """
     value: str | None
     if operand == "msg.address":
         value = row["topic"]
@@ -32,18 +42,21 @@ def field_of(row: Any, operand: str) -> str | None:
     elif operand == "msg.id":
         value = row["id"]
     else:
-        value = row_headers(row).get(operand[len("msg.header."):])
+        value = find_header(row_headers(row), operand[len("msg.header."):])
     return value
 
 
 @dataclass(frozen=True)
 class Compare:
     operand: str          # msg.address | msg.key | msg.id | msg.header.<H>
-    op: str               # == | !=
+    op: str               # == | != | ^= (prefix)
     value: str
 
     def __call__(self, row: Any) -> bool:
-        equal = field_of(row, self.operand) == self.value
+        found = field_of(row, self.operand)
+        if self.op == "^=":
+            return found is not None and found.startswith(self.value)
+        equal = found == self.value
         return equal if self.op == "==" else not equal
 
 
@@ -65,8 +78,11 @@ class AllOf:
 
 Predicate = Compare | AnyOf | AllOf
 
-_TOKEN = re.compile(r"""\s*(?:(?P<op>&&|\|\||==|!=|\(|\))|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'"""
-                    r"""|(?P<word>[^\s()&|=!"']+))""")
+# A "^" is part of a word unless "=" follows it (then it is the prefix operator).
+_TOKEN = re.compile(r"""\s*(?:(?P<op>&&|\|\||==|!=|\^=|\(|\))|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'"""
+                    r"""|(?P<word>(?:[^\s()&|=!"'^]|\^(?!=))+))""")
+#: Parentheses nest at most this deep (a hostile predicate must not exhaust the stack).
+MAX_DEPTH = 32
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
@@ -120,10 +136,17 @@ def parse_predicate(text: str) -> Predicate:
             parts.append(atom())
         return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
 
+    depth = 0
+
     def atom() -> Predicate:
+        nonlocal depth
         kind, value = take()
         if (kind, value) == ("op", "("):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError(f"parentheses nest deeper than {MAX_DEPTH}")
             inner = disjunction()
+            depth -= 1
             if take() != ("op", ")"):
                 raise ValueError("missing ')'")
             return inner
@@ -131,8 +154,8 @@ def parse_predicate(text: str) -> Predicate:
                                   or (value.startswith("msg.header.") and len(value) > len("msg.header."))):
             raise ValueError(f"expected msg.address, msg.key, msg.id or msg.header.<name>, not {value!r}")
         op_kind, op = take()
-        if op_kind != "op" or op not in ("==", "!="):
-            raise ValueError(f"expected == or != after {value}, not {op!r}")
+        if op_kind != "op" or op not in ("==", "!=", "^="):
+            raise ValueError(f"expected ==, != or ^= after {value}, not {op!r}")
         v_kind, literal = take()
         if v_kind not in ("word", "str"):
             raise ValueError(f"expected a value after {value}{op}, not {literal!r}")

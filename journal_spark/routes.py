@@ -8,11 +8,14 @@ kind of ingress (a Kafka topic or a JMS destination into a broker topic)::
     routing.on-error=dead-letter            # fail (default) | skip | dead-letter
     routing.start=earliest                  # a new checkpoint starts: earliest | latest | journaled
     kafka.bootstrap.servers=127.0.0.1:9092  # any kafka.<librdkafka property>
-    jms.stomp.host=127.0.0.1                # connection keys of the JMS bridge (JMS_KEYS)
+    jms.stomp.host=127.0.0.1                # the default JMS connection (JMS_KEYS)
+    jms.connection.b.host=10.0.0.2          # a named JMS connection (journal_spark.jms.config)
 
     routes.foo-route.predicate=msg.address==foo-topic && msg.header.kind!=test
     routes.foo-route.dest.topic=foobar-topic          # or dest.jms.queue= / dest.jms.topic=
     routes.foo-route.conv.key=msg.header.CorrelationId
+    routes.foo-route.non-persistent=drop              # bridge (default) | drop JMS NON_PERSISTENT
+    routes.to-b.jms.connection=b                      # a JMS route's connection (default: jms.stomp.*)
 
     ingress.back.kafka.topic=replies                  # or ingress.<n>.jms.queue= / jms.topic=
     ingress.back.dest.topic=replies-in
@@ -22,10 +25,20 @@ Routes are tried in the order their name first appears in the file; the first ma
 repeated key overrides the earlier value. Unknown keys, bad predicates and incomplete routes are
 :class:`RoutesError`, naming the file and the line.
 
+Loop prevention: every bridged message carries ``jmsbridge.origin`` (the bridge that moved it
+last), ``jmsbridge.hops`` and ``jmsbridge.path``: one ``<bridge.id>@<system>`` entry per ingress it
+came in through, the system being ``kafka`` or ``jms:<connection>``. An egress drops a message as
+a cycle only when it would go back to a system this bridge brought it in from
+(:meth:`Routes.loop_reason`), or after ``routing.max-hops`` bridges. So with one ``bridge.id`` for
+a JMS ingress and a Kafka egress, a JMS message reaches Kafka, and a Kafka message that came in is
+not sent back to Kafka. A message with this bridge's origin but no path (written before the path
+existed) counts as a cycle. Every drop is counted and logged.
+
 Predicates: ``msg.address`` (the broker topic), ``msg.key``, ``msg.id`` and ``msg.header.<H>``,
 compared with ``==`` or ``!=`` to a bare word or a quoted string, combined with ``&&`` (binds
 tighter) and ``||``, with optional parentheses. A missing header or key equals nothing: ``==`` is
-false and ``!=`` is true.
+false and ``!=`` is true. ``msg.header.H`` also finds ``jms.H``, and a JMS header field by the
+seed's or the JMS API's name (:mod:`journal_spark.header_names`).
 
 Rows are anything indexable by envelope column name (a pyspark ``Row``, a dict): ``id``,
 ``topic``, ``key``, ``headers`` (a dict, a list of pairs, or None).
@@ -49,6 +62,7 @@ from .predicates import AllOf, AnyOf, Compare, Predicate, field_of, parse_predic
 
 __all__ = [
     "CONTENT_TYPE_HEADER", "HOPS_HEADER", "MARKER_TOPIC", "MAX_HOPS", "ORIGIN_HEADER", "ON_ERROR_POLICIES",
+    "PATH_HEADER", "mark_arrival",
     "AllOf", "AnyOf", "BridgeError", "Compare", "DataError", "Destination", "HardFailure", "IngressRoute",
     "Predicate", "Route", "Routes", "RoutesError", "headers_for", "hops_of", "load_routes", "parse_predicate",
     "row_headers",
@@ -56,29 +70,40 @@ __all__ = [
 
 ORIGIN_HEADER = "jmsbridge.origin"
 HOPS_HEADER = "jmsbridge.hops"
+PATH_HEADER = "jmsbridge.path"
+"""Where a message came in: ``<bridge.id>@<system>`` entries, comma-separated, oldest first."""
+MAX_PATH_ENTRIES = 16
 CONTENT_TYPE_HEADER = "toymb.content_type"
 MAX_HOPS = 4
 """A message that has crossed this many bridges is not bridged again (chains of distinct bridges)."""
 ON_ERROR_POLICIES = ("fail", "skip", "dead-letter")
 MARKER_TOPIC = "_toymb_bridge_markers"
+KEY_PATTERN = re.compile(r"[^\W_]([\w.:-]{0,254}[^\W_])?")
+"""A key taken by ``conv.key`` (seed ``000_…``: "key value isn't alphanumeric" is a soft failure): up to
+256 letters and digits (any script), with ``-``, ``_``, ``.`` or ``:`` allowed between them, as ids
+and correlation ids carry (``order-17``, ``ID:host-1:1:1``). Spaces, punctuation, control
+characters and symbols are not."""
 
 # Connection keys of the JMS bridge (the JMS helper may add more here).
 JMS_KEYS: set[str] = {
     "jms.stomp.host", "jms.stomp.port", "jms.stomp.user", "jms.stomp.password", "jms.stomp.vhost",
-    "jms.stomp.heartbeat.ms", "jms.stomp.ssl", "jms.client.id",
-    "jms.egress.chunk", "jms.egress.retries", "jms.egress.retry.ms",
+    "jms.stomp.heartbeat.ms", "jms.stomp.ssl", "jms.stomp.ssl.ca.file", "jms.stomp.ssl.cert.file",
+    "jms.stomp.ssl.key.file", "jms.stomp.detect.types", "jms.client.id",
+    "jms.egress.chunk", "jms.egress.retries", "jms.egress.retry.ms", "jms.egress.management.port",
 }
+JMS_CONNECTION_PREFIX = "jms.connection."   # jms.connection.<name>.<key>, checked by journal_spark.jms.config
 # Connection keys of NATS (JetStream destinations ``routes.<n>.dest.nats.subject``); the same keys as
 # ``toymb bridge nats``, whose own ``nats-bridge.*`` entries may share the file.
 NATS_KEYS: set[str] = {"nats.servers", "nats.user", "nats.password", "nats.token", "nats.reconnect.wait.ms",
                        "nats.reconnect.max"}
 # Extra per-route keys (``routes.<n>.<key>``) besides the core ones.
-ROUTE_EXTRA_KEYS: set[str] = {"jms.persistent", "jms.priority", "jms.ttl.ms"}
+ROUTE_EXTRA_KEYS: set[str] = {"jms.persistent", "jms.priority", "jms.ttl.ms", "jms.connection", "non-persistent"}
+NON_PERSISTENT_CHOICES = ("bridge", "drop")
 # Ingress parameters (``ingress.<n>.<key>``): the Artemis JMS bridge's names, and Kafka's.
 INGRESS_OPTION_KEYS: set[str] = {
     "group.id", "batch.size", "batch.time.ms", "token",
     "selector", "qos", "max-batch-size", "max-batch-time", "failure-retry-interval", "max-retries",
-    "subscription-name", "client-id", "add-message-id-in-header",
+    "subscription-name", "client-id", "add-message-id-in-header", "jms.connection", "non-persistent",
 }
 _GLOBAL_KEYS = {"bridge.id", "routing.dead-letter.topic", "routing.on-error", "routing.max-hops",
                 "routing.markers.topic", "routing.start"}
@@ -138,13 +163,21 @@ class Route:
         return self.predicate(row)
 
     def key_for(self, row: Any) -> str:
-        """The record key; :class:`DataError` (reason ``no-key``) if the configured source is empty."""
+        """The record key (seed ``000_…``: from ``conv.key``, else the message id).
+
+        Raises:
+            DataError: reason ``no-key`` when ``conv.key`` finds nothing, ``bad-key`` when its value
+                is not alphanumeric (:data:`KEY_PATTERN`).
+        """
         if self.conv_key is None:
             return str(row["id"])
         value = field_of(row, self.conv_key)
         if value is None or value == "":
             raise DataError("no-key",
                             f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
+        if not KEY_PATTERN.fullmatch(value):
+            raise DataError("bad-key", f"message {row['id']}: {self.conv_key}={value[:80]!r} is not an "
+                                       f"alphanumeric key (route {self.name})")
         return str(value)
 
 
@@ -191,10 +224,18 @@ class Routes:
         conf.setdefault("bootstrap.servers", "127.0.0.1:9092")
         return conf
 
-    def should_bridge(self, row: Any) -> bool:
-        """Loop prevention: False for a message this bridge brought in, or one that crossed too often."""
-        headers = row_headers(row)
-        return headers.get(ORIGIN_HEADER) != self.bridge_id and hops_of(headers) < self.max_hops
+    def loop_reason(self, headers: Mapping[str, str], system: str) -> str | None:
+        """Why a message must not be bridged to ``system`` (``kafka``, ``jms:<connection>``), or None.
+
+        ``"cycle"``: this bridge brought it in from that same system. ``"max-hops"``: it crossed
+        ``routing.max-hops`` bridges. A garbled hop count is a :class:`DataError`.
+        """
+        if hops_of(headers) >= self.max_hops:
+            return "max-hops"
+        path = headers.get(PATH_HEADER)
+        if path is None:
+            return "cycle" if headers.get(ORIGIN_HEADER) == self.bridge_id else None
+        return "cycle" if f"{self.bridge_id}@{system}" in path.split(",") else None
 
 
 def hops_of(headers: Mapping[str, str]) -> int:
@@ -206,6 +247,14 @@ def hops_of(headers: Mapping[str, str]) -> int:
         return max(0, int(raw))
     except ValueError:
         raise DataError("bad-hops", f"header {HOPS_HEADER}={raw!r} is not a number") from None
+
+
+def mark_arrival(headers: dict[str, str], bridge_id: str, system: str) -> None:
+    """Record in ``headers`` that ``bridge_id`` brought the message in from ``system`` (an ingress)."""
+    headers[ORIGIN_HEADER] = bridge_id
+    entries = [e for e in headers.get(PATH_HEADER, "").split(",") if e]
+    entries.append(f"{bridge_id}@{system}")
+    headers[PATH_HEADER] = ",".join(entries[-MAX_PATH_ENTRIES:])
 
 
 def headers_for(row: Any, bridge_id: str) -> dict[str, str]:
@@ -265,7 +314,8 @@ def load_routes(path: str | os.PathLike[str]) -> Routes:
         def bad(msg: str, _line: int = line) -> RoutesError:
             return RoutesError(f"{where}:{_line}: {msg}")
 
-        if key in _GLOBAL_KEYS or key.startswith("kafka.") or key in JMS_KEYS or key in NATS_KEYS:
+        if (key in _GLOBAL_KEYS or key.startswith(("kafka.", JMS_CONNECTION_PREFIX)) or key in JMS_KEYS
+                or key in NATS_KEYS):
             glob[key] = (line, value)
         elif key.startswith("nats-bridge."):
             continue      # the NATS bridge process's (nats_bridge.config); it checks them
@@ -338,6 +388,13 @@ def _route(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Route:
             raise RoutesError(f"{where}:{kline}: routes.{name}.conv.key must be msg.header.<name>, msg.key "
                               f"or msg.id, not {conv_key!r}")
     options = {k: v for k, (_l, v) in fields.items() if k in ROUTE_EXTRA_KEYS}
+    _check_non_persistent(where, f"routes.{name}", fields)
+    if "jms.connection" in fields and kind not in ("jms-queue", "jms-topic"):
+        raise RoutesError(f"{where}:{fields['jms.connection'][0]}: routes.{name}.jms.connection is for a JMS "
+                          "destination (dest.jms.queue or dest.jms.topic)")
+    if "non-persistent" in fields and kind == "jetstream":
+        raise RoutesError(f"{where}:{fields['non-persistent'][0]}: routes.{name}.non-persistent is for Kafka "
+                          "and JMS destinations")
     display = fields["name"][1] if "name" in fields else name
     return Route(display, ptext, predicate, Destination(kind, dests[0][1][1]), conv_key, first, options)
 
@@ -353,5 +410,25 @@ def _ingress(where: str, name: str, fields: dict[str, tuple[int, str]]) -> Ingre
             raise RoutesError(f"{where}:{first}: ingress {name} has no ingress.{name}.{required}")
     kind = _KINDS[sources[0][0]]
     options = {k: v for k, (_l, v) in fields.items() if k in INGRESS_OPTION_KEYS}
+    _check_non_persistent(where, f"ingress.{name}", fields)
+    for jms_only in ("jms.connection", "non-persistent"):
+        if jms_only in fields and kind not in ("jms-queue", "jms-topic"):
+            raise RoutesError(f"{where}:{fields[jms_only][0]}: ingress.{name}.{jms_only} is for a JMS source "
+                              "(jms.queue or jms.topic)")
     return IngressRoute(name, Destination(kind, sources[0][1][1]), fields["dest.topic"][1],
                         fields["broker.url"][1].rstrip("/"), first, options)
+
+
+def _check_non_persistent(where: str, prefix: str, fields: dict[str, tuple[int, str]]) -> None:
+    if "non-persistent" in fields and fields["non-persistent"][1] not in NON_PERSISTENT_CHOICES:
+        line, value = fields["non-persistent"]
+        raise RoutesError(f"{where}:{line}: {prefix}.non-persistent must be one of "
+                          f"{', '.join(NON_PERSISTENT_CHOICES)}, not {value!r}")
+
+
+def is_non_persistent(headers: Mapping[str, str]) -> bool:
+    """True for a JMS NON_PERSISTENT message (``jms.DeliveryMode``, or the JMS API's spelling)."""
+    from .header_names import find_header
+
+    mode = find_header(headers, "DeliveryMode")
+    return mode is not None and mode.strip().upper() in ("NON_PERSISTENT", "1", "FALSE")

@@ -298,6 +298,11 @@ def load_settings(path: str | Path, names: tuple[str, ...] = ()) -> Settings:
         elif key.startswith("nats."):
             raise NatsConfigError(f"{path}:{line}: unknown key {key} (NATS keys: "
                                   f"{', '.join(sorted(k for k in GLOBAL_KEYS if k.startswith('nats.')))})")
+        elif key.startswith("jms.stomp."):
+            # The same connection keys the journal job reads: one this bridge's STOMP client does
+            # not honour (TLS, vhost, heart-beats) must not be dropped silently.
+            raise NatsConfigError(f"{path}:{line}: {key} is not supported by the NATS bridge's STOMP connection "
+                                  f"(it supports {', '.join(sorted(k for k in GLOBAL_KEYS if k.startswith('jms.')))})")
         elif not key.startswith(FOREIGN_PREFIXES):
             raise NatsConfigError(f"{path}:{line}: unknown key {key}")
     missing = set(names) - set(per)

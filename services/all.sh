@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Start/stop every test service: postgres, mariadb, activemq, kafka, nats.
+# Start/stop every test service: postgres, mariadb, activemq, kafka, nats; chromium is installed only
+# (the console's browser tests drive it; it has nothing to start or stop).
 #   services/all.sh start|stop|restart|status
 # Optional service list after the command: services/all.sh start kafka nats
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cmd="${1:-}"; shift || true
 services=("$@")
-[[ ${#services[@]} -gt 0 ]] || services=(postgres mariadb activemq kafka nats)
+[[ ${#services[@]} -gt 0 ]] || services=(postgres mariadb activemq kafka nats chromium)
 
 rc=0
 case "$cmd" in
@@ -30,6 +31,6 @@ case "$cmd" in
     restart)
         "$0" stop "${services[@]}"; "$0" start "${services[@]}" || rc=1 ;;
     *)
-        echo "usage: $0 start|stop|restart|status [postgres|mariadb|activemq|kafka|nats ...]" >&2; exit 2 ;;
+        echo "usage: $0 start|stop|restart|status [postgres|mariadb|activemq|kafka|nats|chromium ...]" >&2; exit 2 ;;
 esac
 exit $rc

@@ -40,7 +40,11 @@ def json_body(*, required: bool = True) -> Any:
 
 
 def _parse_body(*, required: bool) -> Any:
-    raw = request.get_data(cache=True)
+    return parse_json(request.get_data(cache=True), required=required)
+
+
+def parse_json(raw: bytes, *, required: bool = True) -> Any:
+    """A request body's JSON (None when empty and not ``required``), or BadRequest naming what is wrong."""
     if not raw:
         if required:
             raise BadRequest("the request needs a JSON body", code="bad_json")

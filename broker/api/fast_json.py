@@ -7,12 +7,21 @@ write, and indented output (``compact=False`` or debug).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 from flask import Response
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.sansio.response import Response as BaseResponse
+
+
+def answer_bytes(value: Any) -> bytes:
+    """The body of a JSON answer holding ``value`` (plain JSON types), as the app's ``jsonify`` writes it."""
+    try:
+        return orjson.dumps(value) + b"\n"
+    except TypeError:  # a big integer or a lone surrogate: written as Flask's provider writes them
+        return json.dumps(value, separators=(",", ":")).encode("ascii") + b"\n"
 
 
 class FastJSONProvider(DefaultJSONProvider):

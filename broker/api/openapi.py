@@ -17,6 +17,7 @@ from flask import Response, jsonify
 from driver.names import NAME_PATTERN
 
 from ..config import Settings
+from ..delivery.schemas import delivery_schemas
 from . import node, node_routes
 from .docs import NONNEG, PATH_PARAMS, SID_SCHEMA, json_answer, obj, ref
 from .routes import ADMIN, CONSUME, OPEN, PUBLISH, Route, RouteTable
@@ -48,6 +49,8 @@ def schemas(s: Settings) -> dict[str, Any]:
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
         "timestamp": {"type": "integer", "minimum": 0}, "content_type": {"type": "string"},
         "body": {}, "body_base64": {"type": "string", "format": "byte"},
+        "delivery_attempt": {"type": "integer", "minimum": 1,
+                             "description": "fetches and pushes: this delivery's attempt, from 1"},
     }, ("id", "topic", "partition", "offset", "key", "headers", "timestamp", "content_type"),
         oneOf=[{"required": ["body"]}, {"required": ["body_base64"]}])
     offsets_map = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}
@@ -122,6 +125,7 @@ def schemas(s: Settings) -> dict[str, Any]:
         "CompatAdvertise": obj({"topicName": ref("Name"), "partitions": {
                                      "type": "integer", "minimum": 1, "maximum": s.max_partitions}},
                                 ("topicName",)),
+        **delivery_schemas(s),
     }
 
 

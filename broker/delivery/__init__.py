@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Conflict, NotFound
 from ..store import NEVER_MS, Subscriber, now_ms
 from .assignment import partitions_by_member
+from .control import DeliveryControl
 from .dispatcher import Dispatcher
+from .options import PolicyCache
 from .pull import Fetcher
 from .reaper import Reaper
 
@@ -46,8 +48,10 @@ class Delivery:
         self.groups = groups
         self.dispatcher = Dispatcher(settings, self.groups, topics, router, store, metrics, push_addresses,
                                      dead_letters)
-        self.fetcher = Fetcher(settings, self.groups, store, metrics, long_polls, dead_letters)
+        self.policies = PolicyCache(self.groups.options)
+        self.fetcher = Fetcher(settings, self.groups, store, metrics, long_polls, dead_letters, self.policies.get)
         self.reaper = Reaper(settings, self.groups, topics, router, metrics, self.dispatcher.invalidate)
+        self.control = DeliveryControl(self.groups, topics, store, self.dispatcher, self.fetcher, self.policies)
 
     def on_commit(self, topic: str, partitions: set[int]) -> None:
         """Appender listener: the dispatcher, the waiting fetches and the lag gauge hear of new rows."""
@@ -150,4 +154,5 @@ class Delivery:
             "total_lag": total,
             "partitions": rows,
             "checked_ms": int(time.time() * 1000),
+            **self.policies.get(topic, group).to_json(),  # its filter and dead-letter policy, if any
         }

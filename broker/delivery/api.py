@@ -17,6 +17,8 @@ from ..envelope import render_row
 from ..errors import BadRequest, Conflict, LimitExceeded
 from ..publish import check_name
 from ..security import caller_may_publish
+from .control import PushRequest
+from .options import parse_dead_letter, parse_filter, parse_format, parse_overlap, parse_secret
 from .push import check_http_url
 
 if TYPE_CHECKING:
@@ -26,7 +28,9 @@ routes = RouteTable("delivery")
 
 # ASCII digits only: int() would also take "٣", " 3" and "3_0", and raise on 5,000 digits.
 _DIGITS = re.compile(r"[0-9]{1,18}")
-_REGISTER_FIELDS = {"mode", "url", "id", "start"}
+_REGISTER_FIELDS = {"mode", "url", "id", "start", "filter", "dead_letter", "format", "secret", "new_secret",
+                    "secret_overlap_ms", "signing"}
+_PUSH_ONLY = ("format", "secret", "new_secret", "secret_overlap_ms", "signing")
 
 
 def delivery() -> Delivery:
@@ -51,6 +55,20 @@ def _int_arg(name: str, default: int, low: int, high: int) -> int:
     if value > high:
         raise LimitExceeded(f"{name} must be at most {high}", limit=name, max=high)
     return value
+
+
+def parse_offsets(raw: Any, topic: str, partitions: int) -> dict[int, int]:
+    """``{"17": 42, ...}`` (partition number as a string -> offset), checked against the topic."""
+    if not isinstance(raw, dict):
+        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
+    offsets: dict[int, int] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
+            raise BadRequest(f"{str(key)[:40]!r} is not a partition of {topic!r}", code="bad_offsets")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
+            raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
+        offsets[int(key)] = value
+    return offsets
 
 
 def _member(topic: str, group: str, sid: Any, mode: str) -> Any:
@@ -88,11 +106,33 @@ def register(topic: str, group: str) -> Any:
         raise BadRequest('start must be "latest" or "earliest"', code="bad_start")
     sid = body.get("id")
     sid = uuid.uuid4().hex if sid is None else check_subscriber_id(sid)
+    filter_text, dead_letter = parse_filter(body.get("filter")), parse_dead_letter(body.get("dead_letter"))
+    asked = None
+    if mode == "push":
+        for flag in ("new_secret", "signing"):
+            if body.get(flag) not in (None, True, False):
+                raise BadRequest(f"{flag} must be true or false", code="bad_secret")
+        if body.get("signing") is False and (body.get("secret") is not None or body.get("new_secret")):
+            raise BadRequest("an unsigned subscriber has no secret", code="bad_secret")
+        asked = PushRequest(parse_format(body.get("format")),
+                            None if body.get("secret") is None else parse_secret(body.get("secret")),
+                            body.get("new_secret") is True, parse_overlap(body.get("secret_overlap_ms")),
+                            body.get("signing") is not False)
+    elif any(body.get(name) is not None for name in _PUSH_ONLY):
+        raise BadRequest(f"{', '.join(_PUSH_ONLY)} are for push subscribers", code="bad_field")
+    d = delivery()
+    create = caller_may_publish(topic)
+    d.topics.get(topic, create=create)
+    # Before joining: the first push must already be filtered and signed.
+    d.control.set_policy(topic, group, filter_text, dead_letter)
+    secret = d.control.set_push(topic, group, sid, asked) if asked is not None else None
     # A consume-only token may join a topic, never create one (PUT of the topic is refused to it too).
-    sub, partitions = delivery().register(topic, group, sid, mode=mode, url=url, start=start,
-                                          create=caller_may_publish(topic))
-    return jsonify(subscriber_id=sub.id, topic=topic, group=group, mode=sub.mode, partitions=partitions,
-                   lease_ms=node().settings.subscriber_lease_ms), 201
+    sub, partitions = d.register(topic, group, sid, mode=mode, url=url, start=start, create=create)
+    answer: dict[str, Any] = {"subscriber_id": sub.id, "topic": topic, "group": group, "mode": sub.mode,
+                              "partitions": partitions, "lease_ms": node().settings.subscriber_lease_ms}
+    if secret is not None:
+        answer["secret"] = secret  # shown this once; never logged
+    return jsonify(answer), 201
 
 
 @routes.add("DELETE", "/v1/topics/<topic>/groups/<group>/subscribers/<sid>", role=CONSUME, topic="path",
@@ -133,7 +173,9 @@ def fetch(topic: str, group: str) -> Any:
     node().topic(topic)
     sub = d.touch(_member(topic, group, request.args.get("subscriber"), "pull"))
     rows = d.fetcher.fetch(topic, group, sub.id, limit, wait_ms)
-    return jsonify(messages=[render_row(r) for r in rows])
+    return jsonify(messages=[{**render_row(r), "delivery_attempt": d.fetcher.attempt_of(topic, group, r.partition,
+                                                                                        r.offset)}
+                             for r in rows])
 
 
 @routes.add("POST", "/v1/topics/<topic>/groups/<group>/offsets", role=CONSUME, topic="path", forward=True,
@@ -146,17 +188,7 @@ def commit(topic: str, group: str) -> Any:
     unknown = set(body) - {"subscriber", "offsets"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}", code="bad_field")
-    partitions = node().topic(topic).partitions
-    raw = body.get("offsets")
-    if not isinstance(raw, dict):
-        raise BadRequest('offsets must be an object like {"17": 42}', code="bad_offsets")
-    offsets: dict[int, int] = {}
-    for key, value in raw.items():
-        if not (isinstance(key, str) and _DIGITS.fullmatch(key) and int(key) < partitions):
-            raise BadRequest(f"{key[:40]!r} is not a partition of {topic!r}", code="bad_offsets")
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 63:
-            raise BadRequest(f"offset of partition {key} must be a non-negative integer", code="bad_offsets")
-        offsets[int(key)] = value
+    offsets = parse_offsets(body.get("offsets"), topic, node().topic(topic).partitions)
     d = delivery()
     sub = d.touch(_member(topic, group, body.get("subscriber"), "pull"))
     acknowledged = d.fetcher.commit(topic, group, sub.id, offsets)

@@ -46,7 +46,8 @@ class DeadLetters:
         self.publisher = publisher
         self.router = router
 
-    def send(self, topic: str, group: str, subscriber_id: str, row: Any, reason: str, attempts: int) -> None:
+    def send(self, topic: str, group: str, subscriber_id: str, row: Any, reason: str, attempts: int,
+             status: int | None = None) -> None:
         """Append ``row`` (a stored message of ``topic``) to the dead-letter topic; idempotent.
 
         The dead-letter topic may be owned by another node of the cluster; then it is published there.
@@ -66,6 +67,8 @@ class DeadLetters:
             "toymb.dlq.source.id": row.id,
             "toymb.dlq.source.timestamp": str(row.timestamp),
         }
+        if status is not None:  # the receiver's last HTTP status (the reason says it too, in words)
+            ours["toymb.dlq.last_status"] = str(status)
         original = json.loads(row.headers) if isinstance(row.headers, str) else dict(row.headers)
         room = max(0, self.settings.max_headers - len(ours))  # the reason wins over the last original headers
         headers = {**dict(list(original.items())[:room]), **ours}

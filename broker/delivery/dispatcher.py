@@ -30,13 +30,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..background import Worker
-from ..envelope import within
 from ..errors import BrokerError
-from ..store import GroupRepository, Subscriber
+from ..store import GroupRepository
+from .formats import fit_envelopes, single_body
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
-from .push import backoff_s, batch_body, compat_body, envelope_json
+from .options import GroupPolicy, PushOptions
+from .push import backoff_s, batch_body, compat_body
 from .pusher import Outcome, Pusher
+from .signing import push_headers, push_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -84,6 +86,8 @@ class Dispatcher:
         self._timers: dict[Key, float] = {}
         self._heap: list[tuple[float, Key]] = []
         self._refresh_at = 0.0
+        # Seeks per group: a reload that read SQL before a seek must not apply what it read.
+        self._seeks: dict[tuple[str, str], int] = {}
 
     # -- service ------------------------------------------------------------------------------
 
@@ -121,6 +125,29 @@ class Dispatcher:
         with self._lock:
             self._stale.add((topic, group))
         self._worker.wake.set()
+
+    def push_state(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Where push stands for each group this node dispatches: failing lanes and backing-off subscribers.
+
+        Per (topic, group), JSON-ready: ``{"failing": {"<partition>": attempts}, "backoff":
+        {"<partition>": seconds left}, "subscribers": {sid: {"unreachable_s", "backoff_s",
+        "dead_streak"}}}``, only the entries that are not fine, so a healthy group costs a few
+        bytes. Read by the operator console.
+        """
+        now = time.monotonic()
+        state: dict[tuple[str, str], dict[str, Any]] = {}
+        with self._lock:
+            for pair, group in self._state.items():
+                failing = {str(p): lane.attempts for p, lane in group.lanes.items() if lane.attempts}
+                backoff = {str(p): round(lane.not_before - now, 2) for p, lane in group.lanes.items()
+                           if lane.not_before > now}
+                subscribers = {
+                    sid: {"unreachable_s": None if t.unreachable_since is None else round(now - t.unreachable_since, 1),
+                          "backoff_s": round(max(0.0, t.not_before - now), 2), "dead_streak": t.dead_streak}
+                    for sid, t in group.targets.items()
+                    if t.unreachable_since is not None or t.not_before > now or t.dead_streak}
+                state[pair] = {"failing": failing, "backoff": backoff, "subscribers": subscribers}
+        return state
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -173,17 +200,24 @@ class Dispatcher:
             count = self.topics.get(topic).partitions
         except BrokerError:
             return
+        with self._lock:
+            seeks = self._seeks.get((topic, group), 0)
         at = int(time.time() * 1000)
         members = {m.id: m for m in self.groups.members(topic, group) if m.mode == "push" and m.live(at)}
         assignment = self.groups.assignment(topic, group)
         committed = self.groups.committed(topic, group)
         ends = self.store.end_offsets(topic)
+        options = self.groups.options(topic, group)
         with self._lock:
+            if self._seeks.get((topic, group), 0) != seeks:
+                self._stale.add((topic, group))  # read before a seek: read again
+                return
             if not members:
                 self._state.pop((topic, group), None)
                 self._loaded_at.pop((topic, group), None)
                 return
             state = self._state.setdefault((topic, group), GroupLanes(topic, group))
+            state.policy = GroupPolicy.from_text(options.get(""))
             for p in range(count):
                 lane = state.lanes.setdefault(p, Lane())
                 holder = assignment.get(p)
@@ -201,6 +235,7 @@ class Dispatcher:
             for sid, member in members.items():
                 target = state.targets.setdefault(sid, Target(member))
                 target.sub = member
+                target.options = PushOptions.from_text(options.get(sid))
                 target.partitions = sorted(p for p, s in assignment.items() if s == sid)
                 self._consider((topic, group, sid))
             self._loaded_at[(topic, group)] = time.monotonic()
@@ -302,10 +337,18 @@ class Dispatcher:
         with self._lock:
             starts = {p: state.lanes[p].position for p in taken}
             ends = {p: state.lanes[p].end for p in taken}
+            tried = {p: state.lanes[p].attempts for p in taken}
+            generations = {p: state.lanes[p].generation for p in taken}
             careful = len(taken) == 1 and state.lanes[taken[0]].careful
+            policy = state.policy
         limit = 1 if careful else s.push_batch
         read = self.groups.read(state.topic, starts, limit, ends)
-        rows, envelopes = self._fit(read)
+        wanted = {(r.partition, r.offset) for r in read if policy.matches(r)}
+
+        def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
+            return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
+
+        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes)
         # Below the cap, the read took everything each partition had; otherwise look again.
         more = len(read) >= limit or len(rows) < len(read)
         got = {r.partition for r in rows}
@@ -323,53 +366,87 @@ class Dispatcher:
         sub = target.sub
         acked: dict[int, int] = {}
         failed: dict[int, tuple[Any, Outcome]] = {}
-        if sub.compat:
-            delivered = self._push_one_by_one(state, sub, rows, acked, failed)
-        else:
-            outcome = self.pusher.post(str(sub.url), batch_body(sub.id, state.topic, state.group, envelopes))
-            delivered = len(rows) if outcome.ok else 0
-            for r in rows:
-                if outcome.ok:
-                    acked[r.partition] = r.offset + 1
-                else:
-                    failed.setdefault(r.partition, (r, outcome))
+        batch: Outcome | None = None
+        if not sub.compat and target.options.format == "envelope" and envelopes:
+            body = batch_body(sub.id, state.topic, state.group, envelopes)
+            batch = self.pusher.post(str(sub.url), body, self._headers(target, rows, wanted, body))
+        delivered = 0
+        for row in rows:  # in (partition, offset) order
+            p = row.partition
+            if p in failed:
+                continue  # keep order: nothing after a failed message of the same partition
+            if (p, row.offset) in wanted:
+                outcome = batch if batch is not None else self._post_one(state, target, row, attempt(row))
+                if not outcome.ok:
+                    failed[p] = (row, outcome)
+                    if outcome.unreachable and batch is None:
+                        break
+                    continue
+                delivered += 1
+            acked[p] = row.offset + 1  # delivered, or filtered out: acknowledged for this group
         if acked:
-            self._acked(state, target, acked, delivered)
+            self._acked(state, target, acked, delivered, generations)
+        with self._lock:  # a seek since this round began: its failures are of the old position
+            failed = {p: f for p, f in failed.items() if state.lanes[p].generation == generations[p]}
         if failed:
             self._failed(state, target, failed)
 
-    def _fit(self, rows: list[Any]) -> tuple[list[Any], list[str]]:
-        """Keep a prefix of each partition within ``push_max_bytes`` (at least one message)."""
-        envelopes = within((envelope_json(r) for r in rows), len, self.settings.push_max_bytes)
-        return rows[: len(envelopes)], envelopes
+    def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]], body: bytes) -> dict[str, str]:
+        """The signature headers of a push (none when the subscriber has no secret)."""
+        pushed = [(r.partition, r.offset) for r in rows if (r.partition, r.offset) in wanted]
+        return push_headers(target.sub.id, target.options, push_id(target.sub.group, pushed), body)
 
-    def _push_one_by_one(self, state: GroupLanes, sub: Subscriber, rows: list[Any], acked: dict[int, int],
-                         failed: dict[int, tuple[Any, Outcome]]) -> int:
-        delivered = 0
-        for row in rows:
-            if row.partition in failed:
-                continue  # keep order: nothing after a failed message of the same partition
-            outcome = self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
-            if outcome.ok:
-                acked[row.partition] = row.offset + 1
-                delivered += 1
-            else:
-                failed[row.partition] = (row, outcome)
-                if outcome.unreachable:
-                    break
-        return delivered
+    def _post_one(self, state: GroupLanes, target: Target, row: Any, attempt: int) -> Outcome:
+        """Push one message alone: to a ToyMB receiver, or in a one-message format."""
+        sub = target.sub
+        if sub.compat:
+            return self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
+        body, headers = single_body(target.options.format, row, sub.id, state.group, attempt)
+        headers.update(push_headers(sub.id, target.options, push_id(sub.group, [(row.partition, row.offset)]), body))
+        return self.pusher.post(str(sub.url), body, headers)
 
-    def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int) -> None:
-        self.offsets.add(state.topic, state.group, acked)
-        self.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
+    def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int,
+               generations: dict[int, int]) -> None:
+        if delivered:
+            self.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
         with self._lock:
+            # Under the lock, so a seek (which bumps the generation under it) sees these acks
+            # either pending in the committer, where it drops them, or not at all.
+            acked = {p: n for p, n in acked.items() if state.lanes[p].generation == generations[p]}
+            self.offsets.add(state.topic, state.group, acked)
             for p, nxt in acked.items():
                 lane = state.lanes[p]
+                if nxt > lane.position:  # a message was delivered here: its successor starts afresh
+                    lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
                 lane.position = max(lane.position, nxt)
                 lane.end = max(lane.end, nxt)
-                lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
-            target.unreachable_since, target.unreachable_count, target.dead_streak = None, 0, 0
-            target.not_before = 0.0
+            if delivered:
+                target.unreachable_since, target.unreachable_count, target.dead_streak = None, 0, 0
+                target.not_before = 0.0
+
+    # -- seek ---------------------------------------------------------------------------------
+
+    def seek(self, topic: str, group: str, next_offsets: dict[int, int], write: Callable[[], None]) -> None:
+        """Move the group's lanes to ``next_offsets``; ``write`` stores them as committed offsets.
+
+        It all happens under the dispatcher's lock and the committer's write lock: rounds in flight
+        for those partitions finish, but their acks are dropped (a new generation), pending commits
+        of them are dropped, and a reload that read SQL before is not applied; so the replay
+        starts exactly at the sought offsets.
+        """
+        with self._lock:
+            self._seeks[(topic, group)] = self._seeks.get((topic, group), 0) + 1
+            self.offsets.forget(topic, group, set(next_offsets), then=write)
+            state = self._state.get((topic, group))
+            if state is not None:
+                for p, nxt in next_offsets.items():
+                    lane = state.lanes.setdefault(p, Lane())
+                    lane.generation += 1
+                    lane.position, lane.attempts, lane.careful, lane.not_before = nxt, 0, False, 0.0
+                    lane.dirty = True
+                    if lane.holder is not None:
+                        self._consider((topic, group, lane.holder))
+        self._worker.wake.set()
 
     def _failed(self, state: GroupLanes, target: Target, failed: dict[int, tuple[Any, Outcome]]) -> None:
         s = self.settings
@@ -380,6 +457,10 @@ class Dispatcher:
             self.invalidate(state.topic, state.group)
             return
         now = time.monotonic()
+        dead = state.policy.dead_letter
+        max_attempts = dead.max_attempts if dead else s.push_max_attempts
+        low_ms = dead.min_backoff_ms if dead else s.push_backoff_ms
+        high_ms = dead.max_backoff_ms if dead else s.push_backoff_max_ms
         to_dead: list[tuple[int, Any, Outcome, int]] = []
         revoke = False
         with self._lock:
@@ -400,20 +481,20 @@ class Dispatcher:
                                                       s.push_backoff_max_ms)
                     continue
                 lane.attempts += 1
-                if lane.attempts >= s.push_max_attempts:
+                if lane.attempts >= max_attempts:
                     to_dead.append((p, row, outcome, lane.attempts))
                 else:
                     self.metrics.push_retries.labels(state.topic, state.group).inc()
-                    lane.not_before = now + backoff_s(lane.attempts, s.push_backoff_ms, s.push_backoff_max_ms)
+                    lane.not_before = now + backoff_s(lane.attempts, low_ms, high_ms)
         for p, row, outcome, attempts in to_dead:
             try:
-                self.dead_letters.send(state.topic, state.group, target.sub.id, row, outcome.reason, attempts)
+                self.dead_letters.send(state.topic, state.group, target.sub.id, row, outcome.reason, attempts,
+                                       outcome.status)
                 self.groups.commit(state.topic, state.group, {p: row.offset + 1})
             except Exception as exc:  # noqa: BLE001 - retry the dead-lettering later, do not move on
                 log.warning("dead-lettering %s/%s offset %d failed: %s", state.topic, p, row.offset, exc)
                 with self._lock:
-                    state.lanes[p].not_before = time.monotonic() + backoff_s(
-                        state.lanes[p].attempts, s.push_backoff_ms, s.push_backoff_max_ms)
+                    state.lanes[p].not_before = time.monotonic() + backoff_s(state.lanes[p].attempts, low_ms, high_ms)
                 continue
             self.metrics.dead_letters.labels(state.topic, state.group).inc()
             log.warning("dead-lettered %s partition %d offset %d for group %s after %d attempts: %s",

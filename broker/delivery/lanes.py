@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..store import Subscriber
+from .options import GroupPolicy, PushOptions
 
 
 @dataclass(slots=True)
@@ -19,6 +20,7 @@ class Lane:
     careful: bool = False      # after a failure, its head message is sent alone
     busy: bool = False         # a push of this lane is in flight
     holder: str | None = None  # the push subscriber it is assigned to
+    generation: int = 0        # bumped by a seek: acks of rounds started before it are dropped
 
 
 @dataclass(slots=True)
@@ -26,6 +28,7 @@ class Target:
     """One push subscriber and how it has been answering."""
 
     sub: Subscriber
+    options: PushOptions = field(default_factory=PushOptions)
     partitions: list[int] = field(default_factory=list)
     busy: bool = False
     not_before: float = 0.0    # while unreachable, the whole subscriber backs off
@@ -41,4 +44,5 @@ class GroupLanes:
     topic: str
     group: str
     lanes: dict[int, Lane] = field(default_factory=dict)
+    policy: GroupPolicy = field(default_factory=GroupPolicy)
     targets: dict[str, Target] = field(default_factory=dict)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from ..background import Worker
 from ..store import GroupRepository
@@ -27,6 +28,8 @@ class OffsetCommitter:
         self.groups = groups
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], dict[int, int]] = {}
+        # Held while a batch is written, so forget() can wait for a write of offsets it drops.
+        self._writing = threading.Lock()
         self._worker = Worker("toymb-offsets", self._run)
 
     def start(self) -> None:
@@ -47,19 +50,32 @@ class OffsetCommitter:
 
     def flush(self) -> bool:
         """Write every pending commit now; False when some could not be written (they stay pending)."""
-        with self._lock:
-            batch, self._pending = self._pending, {}
         failed: dict[tuple[str, str], dict[int, int]] = {}
-        for (topic, group), offsets in batch.items():
-            try:
-                self.groups.commit(topic, group, offsets)
-            except Exception as exc:  # noqa: BLE001 - keep them and retry; never lose an ack
-                log.warning("committing offsets of %s/%s failed, will retry: %s", topic, group, exc)
-                failed[(topic, group)] = offsets
+        with self._writing:
+            with self._lock:
+                batch, self._pending = self._pending, {}
+            for (topic, group), offsets in batch.items():
+                try:
+                    self.groups.commit(topic, group, offsets)
+                except Exception as exc:  # noqa: BLE001 - keep them and retry; never lose an ack
+                    log.warning("committing offsets of %s/%s failed, will retry: %s", topic, group, exc)
+                    failed[(topic, group)] = offsets
         if failed:
             for (topic, group), offsets in failed.items():
                 self.add(topic, group, offsets)
         return not failed
+
+    def forget(self, topic: str, group: str, partitions: set[int], then: Callable[[], None] | None = None) -> None:
+        """Drop pending commits of these partitions (a seek replaces them), then run ``then`` (the
+        seek's own write) before any other write: waits for a write in progress."""
+        with self._writing:
+            with self._lock:
+                pending = self._pending.get((topic, group))
+                for p in partitions:
+                    if pending is not None:
+                        pending.pop(p, None)
+            if then is not None:
+                then()
 
     def _run(self) -> None:
         while not self._worker.stopping.is_set():

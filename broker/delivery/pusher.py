@@ -44,6 +44,8 @@ class Outcome:
     reason: str
     # The receiver could not be reached at all: a fault of the subscriber, not of the message.
     unreachable: bool = False
+    # The receiver's HTTP status, when it answered.
+    status: int | None = None
 
 
 class _Expired(Exception):
@@ -83,16 +85,23 @@ class Pusher:
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}
         self._lock = threading.Lock()
 
-    def post(self, url: str, body: bytes) -> Outcome:
-        """POST ``body`` (JSON) to ``url``; the outcome says whether the receiver took it."""
+    def post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> Outcome:
+        """POST ``body`` to ``url``; the outcome says whether the receiver took it.
+
+        ``headers`` (ASCII values, no line breaks: the caller encodes them) are sent too; their
+        ``Content-Type`` replaces the default ``application/json``.
+        """
         deadline = time.monotonic() + self.timeout
         parts = urlsplit(url)
         scheme, host = parts.scheme, parts.hostname or ""
         port = parts.port or (443 if scheme == "https" else 80)
         target = quote(parts.path or "/", safe=_PATH_SAFE) + (f"?{quote(parts.query, safe=_PATH_SAFE)}"
                                                               if parts.query else "")
-        head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nUser-Agent: toymb-push\r\n\r\n").encode("ascii", "replace")
+        extra = dict(headers or {})
+        content_type = extra.pop("Content-Type", "application/json")
+        lines = "".join(f"{name}: {_no_breaks(value)}\r\n" for name, value in extra.items())
+        head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {_no_breaks(content_type)}\r\n"
+                f"Content-Length: {len(body)}\r\nUser-Agent: toymb-push\r\n{lines}\r\n").encode("ascii", "replace")
         key = (scheme, host.lower(), port)
         conn = self._checkout(key)
         if conn is not None:
@@ -195,8 +204,13 @@ class Pusher:
             else:
                 sock.close()
         if 200 <= status < 300:
-            return Outcome(True, f"http {status}")
-        return Outcome(False, f"http {status}")
+            return Outcome(True, f"http {status}", status=status)
+        return Outcome(False, f"http {status}", status=status)
+
+
+def _no_breaks(value: str) -> str:
+    """A header value that cannot end its line early (no header injection)."""
+    return value.replace("\r", " ").replace("\n", " ")
 
 
 def _readable(sock: socket.socket) -> bool:

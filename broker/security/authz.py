@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from flask import Request
 
@@ -44,6 +45,13 @@ from .tokens import ADMIN_GRANT, Grant, TokenTable
 log = logging.getLogger(__name__)
 
 CLUSTER_HEADER = "X-ToyMB-Cluster-Token"
+
+
+class Headers(Protocol):
+    """What the checks read of a request's headers (a Flask request's, or werkzeug's EnvironHeaders)."""
+
+    def get(self, key: str) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class Need:
@@ -100,9 +108,9 @@ class Authorizer:
             topic = self.subscriber_topic(str(path["sid"]))
         return Need(route.role, topic, route.legacy)
 
-    def _peer(self, request: Request) -> bool:
+    def _peer(self, headers: Headers) -> bool:
         """Whether the request carries the cluster token; 401 if it carries a wrong one."""
-        presented = request.headers.get(CLUSTER_HEADER)
+        presented = headers.get(CLUSTER_HEADER)
         if presented is None:
             return False
         digest = hashlib.sha256(presented.encode("utf-8")).digest()
@@ -110,8 +118,8 @@ class Authorizer:
             raise Unauthorized("the cluster token is wrong", code="unauthorized")
         return True
 
-    def _grant(self, request: Request) -> Grant | None:
-        header = request.headers.get("Authorization")
+    def _grant(self, headers: Headers) -> Grant | None:
+        header = headers.get("Authorization")
         if header is None:
             return None
         scheme, _, presented = header.partition(" ")
@@ -124,11 +132,17 @@ class Authorizer:
 
     def check(self, request: Request) -> Grant | None:
         """Raise Unauthorized or Forbidden unless ``request`` may proceed; returns the grant used."""
-        need = self.need(request)
-        peer = self._peer(request)
+        return self.decide(self.need(request), request.headers, request.remote_addr)
+
+    def decide(self, need: Need, headers: Headers, remote_addr: str | None) -> Grant | None:
+        """Raise Unauthorized or Forbidden unless a caller with ``headers`` from ``remote_addr`` has ``need``.
+
+        The rule of :meth:`check`, for callers that hold a WSGI environ rather than a Flask request.
+        """
+        peer = self._peer(headers)
         if not self.tokens:
-            if not peer and not self.allow_remote and not is_loopback(request.remote_addr):
-                legacy = self._legacy_grant(request, need)
+            if not peer and not self.allow_remote and not is_loopback(remote_addr):
+                legacy = self._legacy_grant(remote_addr, need)
                 if legacy is not None:
                     return self._allowed(legacy, need)
                 raise Forbidden("this node has no tokens configured and serves only loopback clients; "
@@ -137,18 +151,18 @@ class Authorizer:
             return ADMIN_GRANT
         if need.role == OPEN:
             return None
-        grant = self._grant(request)
+        grant = self._grant(headers)
         if grant is None:
             if peer:
                 return ADMIN_GRANT
-            grant = self._legacy_grant(request, need)
+            grant = self._legacy_grant(remote_addr, need)
             if grant is None:
                 raise Unauthorized("this endpoint needs 'Authorization: Bearer <token>'", code="unauthorized")
         return self._allowed(grant, need)
 
-    def _legacy_grant(self, request: Request, need: Need) -> Grant | None:
+    def _legacy_grant(self, remote_addr: str | None, need: Need) -> Grant | None:
         """The grant of a token-less ToyMB client from an admitted network, on a ToyMB endpoint."""
-        return self.legacy.grant_for(request.remote_addr) if need.legacy else None
+        return self.legacy.grant_for(remote_addr) if need.legacy else None
 
     def _allowed(self, grant: Grant, need: Need) -> Grant:
         if need.role == ANY:

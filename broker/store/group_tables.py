@@ -122,6 +122,20 @@ class GroupTables(Protocol):
         of the partitions that moved."""
     def lag_sums(self, topics: Sequence[str]) -> dict[tuple[str, str], int]:
         """Per (topic, group) of ``topics``: the sum over its partitions of end minus committed offset."""
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        """Per (topic, group) of ``topics``: each partition whose end is past the committed offset,
+        as partition -> (committed offset, end offset); groups without lag are left out."""
+    def set_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
+        """Store these committed offsets whatever they were, back or forward (a seek)."""
+    def offsets_since(self, topic: str, partitions: Sequence[int], timestamp_ms: int) -> dict[int, int]:
+        """Per partition, the smallest stored offset whose message's timestamp is at least ``timestamp_ms``
+        (partitions with none are left out)."""
+
+    # -- delivery options -----------------------------------------------------------------------
+    def options(self, topic: str, group: str) -> dict[str, str]:
+        """The group's stored options: scope ("" for the group, else a subscriber id) -> JSON text."""
+    def put_options(self, topic: str, group: str, scope: str, text: str | None) -> None:
+        """Store (or with None delete) the options of one scope."""
 
     # -- message windows ------------------------------------------------------------------------
     def rows(self, topic: str, windows: Windows) -> Sequence[MessageRow]:

@@ -106,6 +106,7 @@ class GroupStore:
         with self.lock:
             gone = self._tables.delete_subscriber(topic, group, sid)
             if gone:
+                self._tables.put_options(topic, group, sid, None)
                 self.rebalance(topic, partition_count, group)
             return gone
 
@@ -195,6 +196,35 @@ class GroupStore:
             return {}
         sums = self._tables.lag_sums(sorted({t for t, _ in wanted}))
         return {pair: max(0, n) for pair, n in sums.items() if pair in wanted}
+
+    def lagging(self, pairs: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        """The partitions of each (topic, group) that have lag: partition -> (committed, end), in one read."""
+        wanted = set(pairs)
+        if not wanted:
+            return {}
+        found = self._tables.lagging(sorted({t for t, _ in wanted}))
+        return {pair: partitions for pair, partitions in found.items() if pair in wanted}
+
+    def seek(self, topic: str, group: str, next_offsets: dict[int, int]) -> None:
+        """Set the group's committed offsets to ``next_offsets``, back or forward (a seek)."""
+        with self.lock:
+            self._tables.set_offsets(topic, group, next_offsets)
+        self._offsets_moved.add(topic)
+
+    def offsets_since(self, topic: str, partitions: Iterable[int], timestamp_ms: int) -> dict[int, int]:
+        """Per partition, the first stored offset whose timestamp is at least ``timestamp_ms``."""
+        return self._tables.offsets_since(topic, sorted(set(partitions)), timestamp_ms)
+
+    # -- delivery options -----------------------------------------------------------------------
+
+    def options(self, topic: str, group: str) -> dict[str, str]:
+        """Scope ("" for the group, else a subscriber id) -> its options as JSON text."""
+        return self._tables.options(topic, group)
+
+    def put_options(self, topic: str, group: str, scope: str, text: str | None) -> None:
+        """Store (or with None delete) the options of one scope of a group."""
+        with self.lock:
+            self._tables.put_options(topic, group, scope, text)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -66,6 +66,8 @@ class MemoryData:
     # Per (topic, group): partition -> subscriber id, and partition -> next offset.
     assignments: dict[tuple[str, str], dict[int, str]] = field(default_factory=dict)
     group_offsets: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    # Per (topic, group): scope -> options JSON (toymb_delivery_options).
+    delivery_options: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     nodes: dict[str, MemoryNode] = field(default_factory=dict)
     journaled: dict[tuple[str, int], int] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)

@@ -87,6 +87,9 @@ class MemoryGroupTables:
             ended = [s.id for s in self._data.subscribers.values() if _ended_before(s, before_ms)]
             for sid in ended:
                 del self._data.subscribers[sid]
+            for stored in self._data.delivery_options.values():
+                for scope in [s for s in stored if s and s not in self._data.subscribers]:
+                    del stored[scope]
             return len(ended)
 
     def stale_groups(self, at_ms: int) -> list[tuple[str, str]]:
@@ -159,6 +162,47 @@ class MemoryGroupTables:
                 if lags:
                     sums[(t, g)] = sum(lags)
         return sums
+
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        wanted = set(topics)
+        out: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+        with self._data.lock:
+            ends = self._data.ends
+            for (t, g), offsets in self._data.group_offsets.items():
+                if t not in wanted:
+                    continue
+                behind = {p: (n, ends[(t, p)]) for p, n in offsets.items() if ends.get((t, p), 0) > n}
+                if behind:
+                    out[(t, g)] = behind
+        return out
+
+    def set_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
+        with self._data.lock:
+            self._data.group_offsets.setdefault((topic, group), {}).update(offsets)
+
+    def offsets_since(self, topic: str, partitions: Sequence[int], timestamp_ms: int) -> dict[int, int]:
+        found: dict[int, int] = {}
+        with self._data.lock:
+            for p in partitions:
+                # Timestamps need not grow with offsets (a publisher may give one): look at every row.
+                at = [row.offset for row in self._data.rows.get((topic, p), []) if row.timestamp >= timestamp_ms]
+                if at:
+                    found[p] = min(at)
+        return found
+
+    # -- delivery options ---------------------------------------------------------------------
+
+    def options(self, topic: str, group: str) -> dict[str, str]:
+        with self._data.lock:
+            return dict(self._data.delivery_options.get((topic, group), {}))
+
+    def put_options(self, topic: str, group: str, scope: str, text: str | None) -> None:
+        with self._data.lock:
+            stored = self._data.delivery_options.setdefault((topic, group), {})
+            if text is None:
+                stored.pop(scope, None)
+            else:
+                stored[scope] = text
 
     # -- message windows ----------------------------------------------------------------------
 

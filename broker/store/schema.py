@@ -161,6 +161,19 @@ group_offsets = Table(
     **_MYSQL_TABLE,
 )
 
+# Delivery options (issue 21): per group (scope "") its filter and dead-letter policy, per push
+# subscriber (scope = its id) its payload format and signing secrets; a JSON object each.
+delivery_options = Table(
+    "toymb_delivery_options",
+    metadata,
+    Column("topic", Name(200), nullable=False),
+    Column("group_name", Name(200), nullable=False),
+    Column("scope", Name(200), nullable=False),
+    Column("options", LONG_TEXT, nullable=False),
+    PrimaryKeyConstraint("topic", "group_name", "scope"),
+    **_MYSQL_TABLE,
+)
+
 nodes = Table(
     "toymb_nodes",
     metadata,

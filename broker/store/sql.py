@@ -79,6 +79,7 @@ class Store:
     def __init__(self, url: str, *, engine: Engine | None = None) -> None:
         self.url = normalize_url(url)
         self.engine = engine or open_engine(self.url)
+        self._writer: Engine | None = None
 
     @property
     def dialect(self) -> str:
@@ -119,6 +120,8 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._writer is not None:
+            self._writer.dispose()
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -155,8 +158,24 @@ class Store:
     @contextmanager
     def append_transaction(self) -> Iterator[AppendTransaction]:
         """One write transaction of the group-commit writer: committed when the block ends."""
-        with self.engine.begin() as conn:
+        with self._writer_engine().begin() as conn:
             yield AppendTransaction(self, conn)
+
+    def _writer_engine(self) -> Engine:
+        """The engine of the group-commit writer.
+
+        On a database server, the writer has a connection of its own, checked out without the
+        pool's ping: the ping was one more round trip in every commit. A connection the server
+        dropped fails the writer's first statement instead, before anything is written; SQLAlchemy
+        then replaces it, and the writer commits each waiting request again on its own (or answers
+        a lone one 503, which publishers retry).
+        """
+        if self.dialect == "sqlite":
+            return self.engine
+        if self._writer is None:
+            self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
+                                         **dialects.engine_options(self.url))
+        return self._writer
 
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
         """Next offset to be written, per partition."""
@@ -191,6 +210,10 @@ class Store:
             query = query.where(messages.c.topic == topic)
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
+
+
+# The columns of a message row, in the order of :meth:`Store.row`.
+_MESSAGE_COLUMNS = 'topic, "partition", "offset", id, "key", headers, content_type, body, timestamp'
 
 
 class AppendTransaction:
@@ -234,15 +257,24 @@ class AppendTransaction:
         """Insert message rows (from :meth:`Store.row`), index the publisher-given ids among them
         (``(topic, id, partition, offset)``), and move the partitions' next offsets.
 
-        It goes straight to the DBAPI's ``executemany``:
-        this is the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
+        It goes straight to the DBAPI (``COPY`` on PostgreSQL, ``executemany`` elsewhere): this is
+        the hot path, and SQLAlchemy's per-row parameter processing would double its cost.
         """
-        mark = "?" if self._store.dialect == "sqlite" else "%s"
+        dialect = self._store.dialect
+        mark = "?" if dialect == "sqlite" else "%s"
         conn = self._conn
-        if rows:
-            conn.exec_driver_sql(
-                'INSERT INTO toymb_messages (topic, "partition", "offset", id, "key", headers, content_type, body, '
-                f'timestamp) VALUES ({", ".join([mark] * 9)})', rows)
+        if rows and dialect == "postgresql":
+            # COPY: a third of executemany's CPU per row in the writer, and fewer round trips.
+            cursor = conn.connection.cursor()
+            try:
+                with cursor.copy(f"COPY toymb_messages ({_MESSAGE_COLUMNS}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            finally:
+                cursor.close()
+        elif rows:
+            conn.exec_driver_sql(f'INSERT INTO toymb_messages ({_MESSAGE_COLUMNS}) VALUES ({", ".join([mark] * 9)})',
+                                 rows)
         if given_ids:
             conn.exec_driver_sql(
                 f'INSERT INTO toymb_message_ids (topic, id, "partition", "offset") VALUES ({", ".join([mark] * 4)})',

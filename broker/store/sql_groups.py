@@ -14,7 +14,7 @@ from sqlalchemy import and_, bindparam, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from .group_tables import Plan, Subscriber, Windows
-from .schema import assignments, group_offsets, messages, subscribers
+from .schema import assignments, delivery_options, group_offsets, messages, subscribers
 from .schema import partitions as partition_table
 from .sql import Store
 
@@ -102,7 +102,12 @@ class SqlGroupTables:
         # Expired (a positive lease) or revoked (minus the moment of revocation) before before_ms.
         ended = or_(and_(lease > 0, lease < before_ms), and_(lease <= 0, lease > -before_ms))
         with self.engine.begin() as conn:
-            return int(conn.execute(delete(subscribers).where(ended)).rowcount)
+            gone = int(conn.execute(delete(subscribers).where(ended)).rowcount)
+            # The options of subscribers no longer registered (their secrets) go with them.
+            conn.execute(delete(delivery_options).where(
+                delivery_options.c.scope != "",
+                delivery_options.c.scope.not_in(select(subscribers.c.id).scalar_subquery())))
+            return gone
 
     def stale_groups(self, at_ms: int) -> list[tuple[str, str]]:
         joined = assignments.outerjoin(subscribers, subscribers.c.id == assignments.c.subscriber_id)
@@ -207,6 +212,64 @@ class SqlGroupTables:
                  .group_by(group_offsets.c.topic, group_offsets.c.group_name))
         with self.engine.connect() as conn:
             return {(t, g): int(n or 0) for t, g, n in conn.execute(query)}
+
+    def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:
+        query = (select(group_offsets.c.topic, group_offsets.c.group_name, group_offsets.c.partition,
+                        group_offsets.c.next_offset, partition_table.c.next_offset)
+                 .select_from(group_offsets.join(partition_table, and_(
+                     partition_table.c.topic == group_offsets.c.topic,
+                     partition_table.c.partition == group_offsets.c.partition)))
+                 .where(group_offsets.c.topic.in_(list(topics)),
+                        partition_table.c.next_offset > group_offsets.c.next_offset))
+        out: dict[tuple[str, str], dict[int, tuple[int, int]]] = {}
+        with self.engine.connect() as conn:
+            for t, g, p, committed, end in conn.execute(query):
+                out.setdefault((t, g), {})[int(p)] = (int(committed), int(end))
+        return out
+
+    def set_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
+        if not offsets:
+            return
+        where = (group_offsets.c.topic == topic, group_offsets.c.group_name == group)
+        with self.engine.begin() as conn:
+            have = {p for (p,) in conn.execute(select(group_offsets.c.partition).where(
+                *where, group_offsets.c.partition.in_(list(offsets))))}
+            rows = [{"b_p": p, "b_n": n} for p, n in offsets.items() if p in have]
+            if rows:
+                conn.execute(update(group_offsets).where(*where, group_offsets.c.partition == bindparam("b_p"))
+                             .values(next_offset=bindparam("b_n")), rows)
+            fresh = [{"topic": topic, "group_name": group, "partition": p, "next_offset": n}
+                     for p, n in offsets.items() if p not in have]
+            if fresh:
+                conn.execute(group_offsets.insert(), fresh)
+
+    def offsets_since(self, topic: str, partitions: Sequence[int], timestamp_ms: int) -> dict[int, int]:
+        m = messages.c
+        # No index on timestamp: publishers may give timestamps, so they need not grow with offsets,
+        # and a seek is rare enough to read the topic's rows once (through its primary key's prefix).
+        query = (select(m.partition, func.min(m.offset)).where(
+            m.topic == topic, m.partition.in_(list(partitions)), m.timestamp >= timestamp_ms)
+            .group_by(m.partition))
+        with self.engine.connect() as conn:
+            return {int(p): int(o) for p, o in conn.execute(query) if o is not None}
+
+    # -- delivery options ---------------------------------------------------------------------
+
+    def options(self, topic: str, group: str) -> dict[str, str]:
+        query = select(delivery_options.c.scope, delivery_options.c.options).where(
+            delivery_options.c.topic == topic, delivery_options.c.group_name == group)
+        with self.engine.connect() as conn:
+            return {str(scope): str(text) for scope, text in conn.execute(query)}
+
+    def put_options(self, topic: str, group: str, scope: str, text: str | None) -> None:
+        where = (delivery_options.c.topic == topic, delivery_options.c.group_name == group,
+                 delivery_options.c.scope == scope)
+        with self.engine.begin() as conn:
+            # Delete then insert, in one transaction: portable across the three databases.
+            conn.execute(delete(delivery_options).where(*where))
+            if text is not None:
+                conn.execute(delivery_options.insert().values(topic=topic, group_name=group, scope=scope,
+                                                              options=text))
 
     # -- message windows ----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
+from ..routes import DataError, HardFailure, Route, Routes, headers_for
 from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
 from .sink import RouteSink, describe_row
 from .telemetry import BridgeTelemetry
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
 SINK_NAME = "kafka.bridge"
+KAFKA_SYSTEM = "kafka"        # the system name in jmsbridge.path (loop prevention)
 TRANSACTION_TIMEOUT_S = 120.0   # a micro-batch must commit within this (kafka.transaction.timeout.ms)
 POLL_EVERY = 1000                     # serve delivery callbacks every this many records
 _HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
@@ -78,7 +79,9 @@ class KafkaSink(RouteSink):
             self.destinations.add(routes.dead_letter_topic)
         check_topics(self.admin, self.destinations, routes.path)
         ensure_marker_topic(self.admin, routes.marker_topic)
-        self._errors: list[KafkaError] = []
+        self._errors: list[tuple[KafkaError, str | None]] = []    # delivery errors and their topics
+        self._txn_topics: set[str] = set()      # topics written in the open transaction
+        self._proven: set[str] = set()          # topics a committed transaction wrote: writable
         producer_conf = {
             "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
             "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
@@ -103,7 +106,7 @@ class KafkaSink(RouteSink):
     def write_rows(self, rows: Iterable[Any], batch_id: int) -> int:
         """Route ``rows`` (envelope columns, store order) as batch ``batch_id``; returns records sent."""
         touched: Done = {}
-        sent = failures = looped = handled = 0
+        sent = failures = handled = 0
         seconds = 0.0
         began = False
         try:
@@ -121,8 +124,7 @@ class KafkaSink(RouteSink):
                     began = True
                 t0 = time.perf_counter()
                 try:
-                    if not self._should_export(row):
-                        looped += 1
+                    if self.skip_reason(row, route, KAFKA_SYSTEM) is not None:
                         continue
                     self._produce(route.destination.name, route.key_for(row), row,
                                   headers_for(row, self.routes.bridge_id))
@@ -150,22 +152,13 @@ class KafkaSink(RouteSink):
         for topic, offsets in touched.items():
             self.done.setdefault(topic, {}).update(offsets)
         self.telemetry.routed(self.name, sent, seconds)
-        if looped:
-            self.telemetry.skipped(self.name, looped)
-        log.debug("batch %d: %d record(s) to Kafka, %d failure(s), %d looped", batch_id, sent, failures,
-                  looped)
+        log.debug("batch %d: %d record(s) to Kafka, %d failure(s)", batch_id, sent, failures)
         return sent
 
     def close(self) -> None:
         self.producer.flush(10)
 
     # ------------------------------------------------------------------------- internals
-    def _should_export(self, row: Any) -> bool:
-        headers = row_headers(row)
-        if headers.get("jmsbridge.origin") == self.routes.bridge_id:
-            return False
-        return hops_of(headers) < self.routes.max_hops   # a garbled count is a DataError
-
     def _produce(self, topic: str, key: str, row: Any, headers: dict[str, str]) -> None:
         body = row["body"]
         self._send(topic, key.encode("utf-8"), bytes(body) if body is not None else None,
@@ -176,6 +169,7 @@ class KafkaSink(RouteSink):
         for _attempt in range(600):
             try:
                 self.producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp)
+                self._txn_topics.add(topic)
                 return
             except BufferError:
                 self.producer.poll(0.1)         # local queue full: let deliveries drain
@@ -206,34 +200,48 @@ class KafkaSink(RouteSink):
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None and len(self._errors) < 100:
-            self._errors.append(err)
+            self._errors.append((err, msg.topic() if msg is not None else None))
 
     def _commit(self) -> None:
         try:
             self.producer.commit_transaction(TRANSACTION_TIMEOUT_S)
         except KafkaException as exc:
-            first = self._errors[0] if self._errors else exc.args[0]
+            # Records the failed commit purged say only "purged"; the cause is a real delivery error
+            # or the commit's own (an AddPartitionsToTxn refused, say), and the topic is theirs.
+            # Which topic was refused is not said; a topic an earlier transaction wrote is not it.
+            purged = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+            real = [(e, t) for e, t in self._errors if e.code() not in purged]
+            suspects = sorted(self._txn_topics - self._proven) or sorted(self._txn_topics)
+            first, topic = real[0] if real else (exc.args[0], ", ".join(suspects) or None)
             self._errors.clear()
-            raise self._hard(first, "committing the Kafka transaction") from None
+            self._txn_topics.clear()
+            raise self._hard(first, "committing the Kafka transaction", topic) from None
+        self._proven |= self._txn_topics
+        self._txn_topics.clear()
         if self._errors:           # cannot happen after a successful commit; be loud if it does
-            first = self._errors[0]
+            first, topic = self._errors[0]
             self._errors.clear()
-            raise self._hard(first, "delivering records")
+            raise self._hard(first, "delivering records", topic)
 
     def _abort(self) -> None:
         self._errors.clear()
+        self._txn_topics.clear()
         try:
             self.producer.abort_transaction(TRANSACTION_TIMEOUT_S)
         except KafkaException as exc:
             log.warning("aborting the Kafka transaction failed (the next start fences it): %s", exc)
 
-    def _hard(self, error: KafkaError, doing: str) -> HardFailure:
+    def _hard(self, error: KafkaError, doing: str, topic: str | None = None) -> HardFailure:
         """A clear HardFailure; for a topic error, re-checks which destination is missing."""
         if error.code() in _HARD_CODES:
             try:
                 check_topics(self.admin, self.destinations, self.routes.path)
             except HardFailure as found:
                 return found
+        if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
+            # It may describe the topic (so the check above passed) but not write it.
+            return HardFailure(f"not authorised to write Kafka topic {topic} (routes file {self.routes.path}; "
+                               f"bridge {self.routes.bridge_id}): {error.str()}")
         return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
                            f"({error.name()})")
 

@@ -8,9 +8,10 @@ reads ``read_committed``: aborted bridge transactions never come in.
 
 Conversion: the Kafka key (UTF-8) is the message key, so the broker picks the same partition
 number as Kafka did for the same count; the headers come back as message headers
-(``toymb.content_type`` restores the content type); the hop count goes up by one and
-``jmsbridge.origin`` becomes this bridge, so the egress never sends the message back. A record
-that has crossed ``routing.max-hops`` bridges is dropped. Undecodable keys or headers, or limits
+(``toymb.content_type`` restores the content type); the hop count goes up by one,
+``jmsbridge.origin`` becomes this bridge and ``jmsbridge.path`` gains ``<bridge.id>@kafka``, so
+this bridge's Kafka egress never sends the message back to Kafka (its JMS egress may still carry
+it on). A record that has crossed ``routing.max-hops`` bridges is dropped. Undecodable keys or headers, or limits
 exceeded, are data problems handled by ``routing.on-error`` (dead letters go to the Kafka
 ``routing.dead-letter.topic``).
 """
@@ -32,13 +33,14 @@ from driver.errors import HTTPStatusError, TransportError
 from ..routes import (
     CONTENT_TYPE_HEADER,
     HOPS_HEADER,
-    ORIGIN_HEADER,
     DataError,
     HardFailure,
     IngressRoute,
     Routes,
     hops_of,
+    mark_arrival,
 )
+from .kafka import KAFKA_SYSTEM
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ class KafkaIngress:
             self.producer = Producer({**conf, "enable.idempotence": True, "acks": "all",
                                       "on_delivery": self._on_dead_letter})
         self._dlq_errors: list[str] = []
+        self._hops_logged = False
         # The driver's client, with no retries of its own: _publish decides what is retried.
         self.broker = Template(route.broker_url, token=token or opts.get("token") or os.environ.get("TOYMB_TOKEN"),
                                timeout=30.0, retries=0)
@@ -134,7 +137,12 @@ class KafkaIngress:
                              asynchronous=False)
         self.telemetry.routed(self.sink, len(messages), time.perf_counter() - t0)
         if looped:
-            self.telemetry.skipped(self.sink, looped)
+            self.telemetry.skipped(self.sink, looped, "max-hops")
+            log.log(logging.DEBUG if self._hops_logged else logging.WARNING,
+                    "ingress %s: %d record(s) crossed routing.max-hops=%d bridges and were dropped%s",
+                    self.route.name, looped, self.routes.max_hops,
+                    "" if self._hops_logged else "; further ones are counted in jms_bridge_routing_skipped_total")
+            self._hops_logged = True
 
     def convert(self, msg: Message) -> dict[str, Any] | None:
         """The broker message for ``msg``; None when loop prevention drops it."""
@@ -149,7 +157,7 @@ class KafkaIngress:
         if hops >= self.routes.max_hops:
             return None
         content_type = headers.pop(CONTENT_TYPE_HEADER, "") or "application/octet-stream"
-        headers[ORIGIN_HEADER] = self.routes.bridge_id
+        mark_arrival(headers, self.routes.bridge_id, KAFKA_SYSTEM)
         headers[HOPS_HEADER] = str(hops + 1)
         if len(headers) > MAX_HEADERS or any(len(k) > MAX_HEADER_NAME or len(v) > MAX_HEADER_VALUE
                                              for k, v in headers.items()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..routes import DataError, Route, Routes, row_headers
+from ..routes import DataError, Route, Routes, is_non_persistent, row_headers
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,29 @@ class RouteSink:
         self.routes = routes
         self.start = routes.start
         self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
+        self._skips_logged: set[tuple[str, str]] = set()
+
+    def skip_reason(self, row: Any, route: Route, system: str) -> str | None:
+        """Why ``row`` is not bridged to ``system`` by ``route``, or None to bridge it.
+
+        ``cycle`` / ``max-hops`` (loop prevention, :meth:`Routes.loop_reason`) or ``non-persistent``
+        (the route says ``non-persistent=drop``). Each skip is counted
+        (``jms_bridge_routing_skipped_total{reason}``) and logged: a warning the first time per route
+        and reason, then at debug level. A garbled hop count is a :class:`DataError`.
+        """
+        headers = row_headers(row)
+        reason = self.routes.loop_reason(headers, system)
+        if reason is None and route.options.get("non-persistent") == "drop" and is_non_persistent(headers):
+            reason = "non-persistent"
+        if reason is None:
+            return None
+        self.telemetry.skipped(self.name, 1, reason)
+        first = (route.name, reason) not in self._skips_logged
+        self._skips_logged.add((route.name, reason))
+        log.log(logging.WARNING if first else logging.DEBUG,
+                "not bridged to %s (%s): %s%s", system, reason, describe_row(row, route),
+                "; further ones of this route are counted in jms_bridge_routing_skipped_total" if first else "")
+        return reason
 
     def dead_letter_headers(self, row: Any, route: Route, exc: DataError, where_to: str) -> dict[str, str] | None:
         """``routing.on-error`` for a row its route cannot carry: raise (fail), None (skip), or the

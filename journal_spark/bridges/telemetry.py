@@ -11,7 +11,8 @@ seed (JMX)                                                  Prometheus (labels `
 The latency is the time to route and convert one record (predicate, key, headers, hand-off to
 the producer), averaged since the job started, as the seed defines it. Counts are since start.
 ``jms_bridge_routing_failure_total`` has a ``reason`` label too (``no-key``, ``too-large``, ...),
-and ``jms_bridge_routing_skipped_total`` counts messages not re-exported to prevent a loop.
+and ``jms_bridge_routing_skipped_total`` (label ``reason``: ``cycle``, ``max-hops``,
+``non-persistent``) counts messages not bridged on purpose.
 One :class:`BridgeTelemetry` per job, shared by every bridge sink, registered once in the
 journal's registry so the numbers are on the journal's ``/metrics``.
 """
@@ -36,7 +37,7 @@ class BridgeTelemetry(Collector):
         self._seconds: dict[str, float] = defaultdict(float)
         self._routed: dict[str, int] = defaultdict(int)
         self._failed: dict[tuple[str, str], int] = defaultdict(int)
-        self._skipped: dict[str, int] = defaultdict(int)
+        self._skipped: dict[tuple[str, str], int] = defaultdict(int)
         self.registry = registry or CollectorRegistry()
         self.registry.register(self)
 
@@ -50,9 +51,14 @@ class BridgeTelemetry(Collector):
         with self._lock:
             self._failed[(sink, reason)] += count
 
-    def skipped(self, sink: str, count: int = 1) -> None:
+    def skipped(self, sink: str, count: int = 1, reason: str = "cycle") -> None:
+        """``count`` records not bridged on purpose: ``cycle``, ``max-hops``, ``non-persistent``."""
         with self._lock:
-            self._skipped[sink] += count
+            self._skipped[(sink, reason)] += count
+
+    def skipped_count(self, sink: str, reason: str | None = None) -> int:
+        with self._lock:
+            return sum(n for (s, r), n in self._skipped.items() if s == sink and reason in (None, r))
 
     def counts(self, sink: str) -> tuple[int, int]:
         """``(successes, failures)`` of one sink, for logs and tests."""
@@ -73,14 +79,14 @@ class BridgeTelemetry(Collector):
                                   "Records that failed to route since the job started (routing-failure-rate)",
                                   labels=["jms_bridge_id", "sink", "reason"])
         loop = CounterMetricFamily("jms_bridge_routing_skipped",
-                                   "Records not re-exported because of their origin or hop count",
-                                   labels=["jms_bridge_id", "sink"])
+                                   "Records not bridged on purpose: a cycle, too many hops, non-persistent",
+                                   labels=["jms_bridge_id", "sink", "reason"])
         for sink in sorted(set(routed) | {s for s, _ in failed}):
             count = routed.get(sink, 0)
             avg.add_metric([self.bridge_id, sink], seconds.get(sink, 0.0) / count if count else 0.0)
             ok.add_metric([self.bridge_id, sink], count)
         for (sink, reason), n in sorted(failed.items()):
             bad.add_metric([self.bridge_id, sink, reason], n)
-        for sink, n in sorted(skipped.items()):
-            loop.add_metric([self.bridge_id, sink], n)
+        for (sink, reason), n in sorted(skipped.items()):
+            loop.add_metric([self.bridge_id, sink, reason], n)
         yield from (avg, ok, bad, loop)

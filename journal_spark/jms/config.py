@@ -1,9 +1,30 @@
 """The JMS bridge's settings, read from the routes file (:mod:`journal_spark.routes`).
 
-Connection (global keys)::
+Connections. The ``jms.stomp.*`` keys are the connection named ``default``; any number of named
+connections (``jms.connection.<name>.<key>``) may sit beside it, each on its own server::
 
     jms.stomp.host=127.0.0.1     jms.stomp.port=61613     jms.stomp.user=...  jms.stomp.password=...
+    jms.stomp.vhost=broker-a     # the STOMP ``host`` header of CONNECT (default: the host)
+    jms.stomp.heartbeat.ms=10000 # STOMP heart-beats both ways; a silent peer is a lost connection
+    jms.stomp.ssl=true           # TLS (ActiveMQ's stomp+ssl connector); the server's certificate is
+    jms.stomp.ssl.ca.file=ca.pem #   checked against this CA file (default: the system's CAs)
+    jms.stomp.ssl.cert.file=...  jms.stomp.ssl.key.file=...     # a client certificate, if wanted
     jms.client.id=...            # default client id of durable subscriptions
+    jms.stomp.detect.types=true  # ingress tells MapMessage/ObjectMessage from text (see below)
+
+    jms.connection.b.host=10.0.0.2   jms.connection.b.port=61613   jms.connection.b.ssl=false ...
+    routes.to-b.jms.connection=b     ingress.from-b.jms.connection=b
+
+``detect.types``: ActiveMQ's STOMP gateway shows a MapMessage or an ObjectMessage as an empty text
+message, unless the subscription asks for ``transformation: jms-json``; then they arrive marked
+``jms-map-json`` / ``jms-object-json`` and the ingress treats them as the seed's soft failure
+("message type is not text/binary"). That transformation needs XStream and Jettison on ActiveMQ's
+class path (``services/activemq.sh`` puts them there); a server without them drops the
+connection, so it is off by default. A StreamMessage or a bare Message still looks like an empty
+text message.
+
+A connection key that is not one of these, a route or ingress naming a connection that is not
+defined, a bad port or heartbeat, or a TLS file that cannot be read is refused at startup.
 
 An ingress, with the Artemis JMS bridge's parameters::
 
@@ -18,7 +39,9 @@ An ingress, with the Artemis JMS bridge's parameters::
     ingress.orders-in.max-retries=-1                # -1: forever; 0: fail at once
     ingress.orders-in.subscription-name=sub1        # durable topic subscription (topics only)
     ingress.orders-in.client-id=bridge-1            # needed with subscription-name
-    ingress.orders-in.add-message-id-in-header=true # append to AMQ_BRIDGE_MSG_ID_LIST
+    ingress.orders-in.add-message-id-in-header=true # append to ACTIVEMQ_BRIDGE_MSG_ID_LIST
+    ingress.orders-in.non-persistent=drop           # bridge (default) | drop NON_PERSISTENT messages
+    ingress.orders-in.jms.connection=b              # default: the jms.stomp.* connection
     ingress.orders-in.token=...                     # bearer token for the broker
 
 Invalid combinations are :class:`JmsConfigError` at startup, naming the ingress and the key.
@@ -26,23 +49,48 @@ Invalid combinations are :class:`JmsConfigError` at startup, naming the ingress 
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..routes import IngressRoute, Routes
+from ..routes import JMS_CONNECTION_PREFIX, IngressRoute, Routes
 from .errors import JmsConfigError
 
 QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")
+DEFAULT_CONNECTION = "default"
+CONNECTION_KEYS = ("host", "port", "user", "password", "vhost", "heartbeat.ms", "ssl", "ssl.ca.file",
+                   "ssl.cert.file", "ssl.key.file", "client.id", "detect.types")
+_CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True)
 class StompSettings:
-    """How to reach ActiveMQ's STOMP connector."""
+    """How to reach one ActiveMQ's STOMP connector (one named connection of a routes file)."""
 
     url: str = "stomp://127.0.0.1:61613"
     user: str | None = None
     password: str | None = None
     client_id: str | None = None
+    name: str = DEFAULT_CONNECTION
+    vhost: str | None = None
+    heartbeat_ms: int = 0
+    ssl: bool = False
+    ssl_ca_file: str | None = None
+    ssl_cert_file: str | None = None
+    ssl_key_file: str | None = None
+    detect_types: bool = False
+
+    @property
+    def system(self) -> str:
+        """This connection's name in ``jmsbridge.path`` (loop prevention): ``jms:<name>``."""
+        return f"jms:{self.name}"
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~journal_spark.jms.stompclient.StompClient` for this connection."""
+        return {"user": self.user, "password": self.password, "vhost": self.vhost,
+                "heartbeat_ms": self.heartbeat_ms, "ssl": self.ssl, "ssl_ca_file": self.ssl_ca_file,
+                "ssl_cert_file": self.ssl_cert_file, "ssl_key_file": self.ssl_key_file}
 
 
 @dataclass(frozen=True)
@@ -66,6 +114,9 @@ class IngressConfig:
     subscription_name: str | None = None
     client_id: str | None = None
     add_message_id: bool = False
+    drop_non_persistent: bool = False
+    on_error: str = "fail"                  # routing.on-error for messages it cannot bring in
+    dead_letter_topic: str | None = None    # a broker topic, with routing.on-error=dead-letter
 
     @property
     def destination(self) -> str:
@@ -77,14 +128,65 @@ class IngressConfig:
         return self.subscription_name is not None
 
 
-def stomp_settings(settings: dict[str, str]) -> StompSettings:
-    """The connection keys (``jms.stomp.*``, ``jms.client.id``) of a routes file."""
-    host = settings.get("jms.stomp.host", "127.0.0.1")
-    port = _int(settings.get("jms.stomp.port", "61613"), "jms.stomp.port", "the JMS connection")
+def stomp_settings(settings: dict[str, str], name: str = DEFAULT_CONNECTION) -> StompSettings:
+    """The JMS connection ``name`` of a routes file's settings (``default``: ``jms.stomp.*``).
+
+    Raises:
+        JmsConfigError: the connection is not defined, or one of its values is invalid.
+    """
+    connections = jms_connections(settings)
+    if name not in connections:
+        raise JmsConfigError(f"no JMS connection named {name!r} (defined: {', '.join(sorted(connections))}; "
+                             f"add {JMS_CONNECTION_PREFIX}{name}.host=...)")
+    return connections[name]
+
+
+def jms_connections(settings: dict[str, str]) -> dict[str, StompSettings]:
+    """Every JMS connection of a routes file's settings: ``default`` and the named ones, validated."""
+    raw: dict[str, dict[str, str]] = {DEFAULT_CONNECTION: {}}
+    for key, value in settings.items():
+        if key.startswith("jms.stomp."):
+            raw[DEFAULT_CONNECTION][key[len("jms.stomp."):]] = value
+        elif key == "jms.client.id":
+            raw[DEFAULT_CONNECTION]["client.id"] = value
+        elif key.startswith(JMS_CONNECTION_PREFIX):
+            name, _, sub = key[len(JMS_CONNECTION_PREFIX):].partition(".")
+            if not _CONNECTION_NAME.match(name) or sub not in CONNECTION_KEYS:
+                raise JmsConfigError(f"unknown JMS connection key {key!r}: expected {JMS_CONNECTION_PREFIX}"
+                                     f"<name>.<key> with a key among {', '.join(CONNECTION_KEYS)}")
+            if name == DEFAULT_CONNECTION:
+                raise JmsConfigError(f"{key}: the connection 'default' is the jms.stomp.* one; name this "
+                                     "connection otherwise")
+            raw.setdefault(name, {})[sub] = value
+    return {name: _connection(name, values) for name, values in raw.items()}
+
+
+def _connection(name: str, values: dict[str, str]) -> StompSettings:
+    where = f"JMS connection {name}"
+    prefix = "jms.stomp." if name == DEFAULT_CONNECTION else f"{JMS_CONNECTION_PREFIX}{name}."
+    host = values.get("host", "127.0.0.1").strip() or "127.0.0.1"
+    port = _int(values.get("port", "61613"), f"{prefix}port", where)
     if not 0 < port < 65536:
-        raise JmsConfigError(f"jms.stomp.port must be a TCP port, not {port}")
-    return StompSettings(f"stomp://{host}:{port}", settings.get("jms.stomp.user") or None,
-                         settings.get("jms.stomp.password") or None, settings.get("jms.client.id") or None)
+        raise JmsConfigError(f"{where}: {prefix}port must be a TCP port, not {port}")
+    heartbeat = _int(values.get("heartbeat.ms", "0"), f"{prefix}heartbeat.ms", where)
+    if heartbeat < 0 or 0 < heartbeat < 100:
+        raise JmsConfigError(f"{where}: {prefix}heartbeat.ms must be 0 (none) or at least 100 ms, not {heartbeat}")
+    ssl = _bool(values.get("ssl", "false"), f"{prefix}ssl", where)
+    files: dict[str, str | None] = {}
+    for key in ("ssl.ca.file", "ssl.cert.file", "ssl.key.file"):
+        path = values.get(key, "").strip() or None
+        if path is not None and not ssl:
+            raise JmsConfigError(f"{where}: {prefix}{key} is set but {prefix}ssl is not true")
+        if path is not None and not os.access(path, os.R_OK):
+            raise JmsConfigError(f"{where}: {prefix}{key}={path} cannot be read")
+        files[key] = path
+    if files["ssl.key.file"] and not files["ssl.cert.file"]:
+        raise JmsConfigError(f"{where}: {prefix}ssl.key.file needs {prefix}ssl.cert.file")
+    return StompSettings(f"stomp{'+ssl' if ssl else ''}://{host}:{port}", values.get("user") or None,
+                         values.get("password") or None, values.get("client.id") or None, name,
+                         values.get("vhost", "").strip() or None, heartbeat, ssl, files["ssl.ca.file"],
+                         files["ssl.cert.file"], files["ssl.key.file"],
+                         _bool(values.get("detect.types", "false"), f"{prefix}detect.types", where))
 
 
 def _int(text: str, key: str, where: str) -> int:
@@ -129,7 +231,10 @@ def parse_ingress(route: IngressRoute, routes: Routes) -> IngressConfig:
         raise JmsConfigError(f"{where}: failure-retry-interval=-1 (no retries) needs max-retries=0")
     if interval != -1 and interval < 1:
         raise JmsConfigError(f"{where}: failure-retry-interval must be >= 1 ms, not {interval}")
-    stomp = stomp_settings(routes.settings)
+    try:
+        stomp = stomp_settings(routes.settings, opts.get("jms.connection", DEFAULT_CONNECTION).strip())
+    except JmsConfigError as exc:
+        raise JmsConfigError(f"{where}: {exc}") from None
     subscription = opts.get("subscription-name") or None
     client_id = opts.get("client-id") or stomp.client_id
     if subscription and kind != "topic":
@@ -165,6 +270,9 @@ def parse_ingress(route: IngressRoute, routes: Routes) -> IngressConfig:
         add_message_id=_bool(
             opts.get("add-message-id-in-header", "false"), "add-message-id-in-header", where
         ),
+        drop_non_persistent=opts.get("non-persistent", "bridge") == "drop",
+        on_error=routes.on_error,
+        dead_letter_topic=routes.dead_letter_topic,
     )
 
 
@@ -180,9 +288,11 @@ def ingress_configs(routes: Routes, names: tuple[str, ...] = ()) -> list[Ingress
 
 def describe(config: IngressConfig) -> dict[str, Any]:
     """The parameters of an ingress, for status pages (no secrets)."""
-    return {"source": config.destination, "dest_topic": config.dest_topic, "broker_url": config.broker_url,
+    return {"source": config.destination, "connection": config.stomp.name, "url": config.stomp.url,
+            "dest_topic": config.dest_topic, "broker_url": config.broker_url,
             "selector": config.selector, "qos": config.qos, "max_batch_size": config.max_batch_size,
             "max_batch_time_ms": config.max_batch_time_ms,
             "failure_retry_interval_ms": config.failure_retry_interval_ms, "max_retries": config.max_retries,
             "subscription_name": config.subscription_name, "client_id": config.client_id,
-            "add_message_id_in_header": config.add_message_id}
+            "add_message_id_in_header": config.add_message_id,
+            "non_persistent": "drop" if config.drop_non_persistent else "bridge", "on_error": config.on_error}

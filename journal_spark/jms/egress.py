@@ -15,22 +15,35 @@ Exactly once, across crashes at any point, without XA:
   a half-sent one (crash between two chunks) or a batch re-read from a lost checkpoint therefore
   exports nothing twice, and the rest once.
 
-A lost connection (ActiveMQ restarted) is retried ``jms.egress.retries`` times (default 30), every
-``jms.egress.retry.ms`` (default 2000), from the marker; then the batch fails and so does the job.
+A lost connection (ActiveMQ restarted) is retried ``jms.egress.retries`` times (default 30; -1:
+forever, as Artemis's max-retries), every ``jms.egress.retry.ms`` (default 2000), from the marker;
+then the batch fails and so does the job.
+
+One sink per JMS connection (``routes.<n>.jms.connection``; the ``jms.stomp.*`` one is
+``default``), each with its own Spark query, checkpoint (``jms`` for the default connection,
+``jms.<name>`` for the others) and marker queue on its own server, so routes to two ActiveMQ
+servers are each exactly once.
+
+Pause and resume: with ``jms.egress.management.port`` the journal serves the same management API
+as ``toymb journal jms-ingress`` (:mod:`.manage`) for its JMS sinks. A paused sink holds its
+micro-batch (nothing more is sent; the rows wait in the store) until resumed; ``stop`` pauses
+and closes the connection, ``start`` resumes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from ..bridges.sink import RouteSink
 from ..bridges.telemetry import BridgeTelemetry
-from ..routes import DataError, HardFailure, Route, Routes, headers_for, hops_of, row_headers
-from .config import stomp_settings
+from ..header_names import find_header
+from ..routes import DataError, HardFailure, Route, Routes, headers_for
+from .config import DEFAULT_CONNECTION, stomp_settings
 from .errors import JmsConnectionError
 from .mapping import OutFrame, to_stomp
 from .stompclient import StompClient
@@ -42,28 +55,78 @@ Done = dict[str, dict[int, int]]     # broker topic -> partition -> next offset 
 MARKER_WAIT_S = 30.0
 
 
+def connection_of(route: Route) -> str:
+    """The JMS connection a route sends through (``default``: the ``jms.stomp.*`` one)."""
+    return route.options.get("jms.connection", DEFAULT_CONNECTION).strip() or DEFAULT_CONNECTION
+
+
 def destination_of(route: Route) -> str:
     kind = "queue" if route.destination.kind == "jms-queue" else "topic"
     return f"/{kind}/{route.destination.name}"
 
 
 class JmsSink(RouteSink):
-    """The journal sink of every route with a JMS destination (one STOMP connection)."""
+    """The journal sink of the routes with a JMS destination on one connection (one STOMP connection)."""
 
     name = SINK_NAME
 
-    def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
+    def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None,
+                 connection: str = DEFAULT_CONNECTION) -> None:
         super().__init__(routes, telemetry)
-        self.stomp = stomp_settings(routes.settings)
+        self.connection = connection
+        self.stomp = stomp_settings(routes.settings, connection)
+        if connection != DEFAULT_CONNECTION:
+            self.name = f"{SINK_NAME}.{connection}"
         settings = routes.settings
-        self.chunk = max(1, int(settings.get("jms.egress.chunk", "1000")))
-        self.retries = max(0, int(settings.get("jms.egress.retries", "30")))
-        self.retry_s = max(1, int(settings.get("jms.egress.retry.ms", "2000"))) / 1000
-        self.marker_queue = f"/queue/toymb.bridge.{routes.bridge_id}.jms.markers"
+        self.chunk = max(1, _setting_int(settings, "jms.egress.chunk", 1000))
+        self.retries = _setting_int(settings, "jms.egress.retries", 30)
+        if self.retries < -1:
+            raise HardFailure(f"jms.egress.retries must be -1 (forever), 0 or more, not {self.retries}")
+        self.retry_s = max(1, _setting_int(settings, "jms.egress.retry.ms", 2000)) / 1000
+        suffix = "" if connection == DEFAULT_CONNECTION else f".{connection}"
+        self.marker_queue = f"/queue/toymb.bridge.{routes.bridge_id}.jms{suffix}.markers"
         self.client: StompClient | None = None
         self.done: Done = {}
         self.held: list[str] = []          # ack ids of the marker message(s) this connection holds
         self._tx = 0
+        self._running = threading.Event()
+        self._running.set()
+        self.state = "STARTED"
+        self.message_count = 0
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ management (.manage)
+    def pause(self) -> None:
+        """Hold the next chunk until :meth:`resume` (the chunk in flight completes)."""
+        self._running.clear()
+        self.state = "PAUSED"
+
+    def resume(self) -> None:
+        self.state = "STARTED"
+        self._running.set()
+
+    def halt(self) -> None:
+        """Pause, and close the connection once the chunk in flight is done (at the next wait)."""
+        self.pause()
+        self.state = "STOPPED"
+
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": "jms-egress", "state": self.state, "failed": False,
+                "message_count": self.message_count, "last_error": self.last_error,
+                "parameters": {"connection": self.connection, "url": self.stomp.url,
+                               "marker_queue": self.marker_queue, "chunk": self.chunk,
+                               "retries": self.retries, "retry_ms": int(self.retry_s * 1000),
+                               "routes": [r.name for r in self.routes.of_kind("jms-queue", "jms-topic")
+                                          if connection_of(r) == self.connection]}}
+
+    def _wait_while_paused(self) -> None:
+        if self._running.is_set():
+            return
+        log.info("JMS egress %s paused", self.name)
+        while not self._running.wait(0.5):
+            if self.state == "STOPPED" and self.client is not None:
+                self.close()
+        log.info("JMS egress %s resumed", self.name)
 
     # ------------------------------------------------------------------ Spark entry point
     def write_batch(self, df: Any, batch_id: int) -> None:
@@ -86,6 +149,7 @@ class JmsSink(RouteSink):
                     break
             if not pending:
                 return sent
+            self._wait_while_paused()
             sent += self._with_retries(list(pending), batch_id)
 
     def close(self) -> None:
@@ -95,25 +159,29 @@ class JmsSink(RouteSink):
 
     # ------------------------------------------------------------------------- internals
     def _with_retries(self, rows: list[Any], batch_id: int) -> int:
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while True:
             try:
                 if self.client is None:
                     self._connect()
-                return self._export(rows, batch_id)
+                sent = self._export(rows, batch_id)
+                self.message_count += sent
+                return sent
             except JmsConnectionError as exc:
                 self.close()
+                self.last_error = str(exc)
                 self.telemetry.failed(self.name, "connection")
-                if attempt >= self.retries:
+                if self.retries != -1 and attempt >= self.retries:
                     raise HardFailure(f"JMS bridge {self.routes.bridge_id}: {exc} "
                                       f"(gave up after {self.retries} retries)") from None
-                log.warning("JMS egress: %s; reconnecting in %.1fs (%d/%d)", exc, self.retry_s, attempt + 1,
-                            self.retries)
+                attempt += 1
+                log.warning("JMS egress %s: %s; reconnecting in %.1fs (%d/%s)", self.name, exc, self.retry_s,
+                            attempt, "forever" if self.retries == -1 else self.retries)
                 time.sleep(self.retry_s)
-        raise AssertionError("unreachable")
 
     def _connect(self) -> None:
         """Connect, and take the marker: browse the queue to its end, then receive what was there."""
-        client = StompClient(self.stomp.url, user=self.stomp.user, password=self.stomp.password).connect()
+        client = StompClient(self.stomp.url, **self.stomp.client_options()).connect()
         try:
             present = client.browse(self.marker_queue, timeout=MARKER_WAIT_S)
             client.subscribe(self.marker_queue, "markers", ack="client-individual",
@@ -145,7 +213,7 @@ class JmsSink(RouteSink):
         assert client is not None
         touched: Done = {}
         frames: list[tuple[str, OutFrame]] = []
-        looped = failures = 0
+        failures = 0
         t0 = time.perf_counter()
         for row in rows:
             topic, partition, offset = row["topic"], int(row["partition"]), int(row["offset"])
@@ -154,11 +222,11 @@ class JmsSink(RouteSink):
             seen = touched.setdefault(topic, {})
             seen[partition] = max(seen.get(partition, 0), offset + 1)
             route = self.routes.first_match(row)
-            if route is None or route.destination.kind not in ("jms-queue", "jms-topic"):
+            if (route is None or route.destination.kind not in ("jms-queue", "jms-topic")
+                    or connection_of(route) != self.connection):
                 continue
             try:
-                if not self._should_export(row):
-                    looped += 1
+                if self.skip_reason(row, route, self.stomp.system) is not None:
                     continue
                 frames.append((destination_of(route), self._frame(route, row)))
             except DataError as exc:
@@ -185,10 +253,7 @@ class JmsSink(RouteSink):
         self.done, self.held = merged, []
         self._take_new_marker(client, marker)
         self.telemetry.routed(self.name, len(frames), seconds)
-        if looped:
-            self.telemetry.skipped(self.name, looped)
-        log.debug("batch %d: %d message(s) to JMS, %d failure(s), %d looped", batch_id, len(frames), failures,
-                  looped)
+        log.debug("batch %d: %d message(s) to JMS, %d failure(s)", batch_id, len(frames), failures)
         return len(frames)
 
     def _take_new_marker(self, client: StompClient, body: bytes) -> None:
@@ -203,23 +268,17 @@ class JmsSink(RouteSink):
                 raise JmsConnectionError("the committed marker was not delivered back within "
                                          f"{MARKER_WAIT_S:.0f}s")
 
-    def _should_export(self, row: Any) -> bool:
-        headers = row_headers(row)
-        if headers.get("jmsbridge.origin") == self.routes.bridge_id:
-            return False
-        return hops_of(headers) < self.routes.max_hops
-
     def _frame(self, route: Route, row: Any) -> OutFrame:
         headers = headers_for(row, self.routes.bridge_id)
         opts = route.options
-        if "jms.persistent" in opts and "jms.JMSDeliveryMode" not in headers:
-            headers["jms.JMSDeliveryMode"] = (
+        if "jms.persistent" in opts and find_header(headers, "DeliveryMode") is None:
+            headers["jms.DeliveryMode"] = (
                 "PERSISTENT" if opts["jms.persistent"] == "true" else "NON_PERSISTENT"
             )
-        if "jms.priority" in opts and "jms.JMSPriority" not in headers:
-            headers["jms.JMSPriority"] = opts["jms.priority"]
-        if "jms.ttl.ms" in opts and "jms.JMSExpiration" not in headers:
-            headers["jms.JMSExpiration"] = str(int(time.time() * 1000) + int(opts["jms.ttl.ms"]))
+        if "jms.priority" in opts and find_header(headers, "Priority") is None:
+            headers["jms.Priority"] = opts["jms.priority"]
+        if "jms.ttl.ms" in opts and find_header(headers, "Expiration") is None:
+            headers["jms.Expiration"] = str(int(time.time() * 1000) + int(opts["jms.ttl.ms"]))
         key = route.key_for(row) if route.conv_key else row["key"]
         body = row["body"]
         return to_stomp(key, headers, str(row["content_type"]), bytes(body) if body is not None else b"")
@@ -241,3 +300,32 @@ def _merge(into: Done, more: dict[str, Any]) -> None:
         for partition, nxt in parts.items():
             p = int(partition)
             target[p] = max(target.get(p, 0), int(nxt))
+
+
+def _setting_int(settings: dict[str, str], key: str, default: int) -> int:
+    try:
+        return int(settings.get(key, str(default)).strip())
+    except ValueError:
+        raise HardFailure(f"{key} must be an integer, not {settings[key]!r}") from None
+
+
+class EgressControl:
+    """A :class:`JmsSink` as :mod:`.manage` sees a bridge (``start`` is the sink's start position)."""
+
+    def __init__(self, sink: JmsSink) -> None:
+        self.sink = sink
+
+    def start(self) -> None:
+        self.sink.resume()
+
+    def stop(self) -> None:
+        self.sink.halt()
+
+    def pause(self) -> None:
+        self.sink.pause()
+
+    def resume(self) -> None:
+        self.sink.resume()
+
+    def status(self) -> dict[str, Any]:
+        return self.sink.status()

@@ -14,6 +14,14 @@ Batches flush at ``max-batch-size`` messages or when the *first* message of the 
 ``max-batch-time`` ms old (Artemis restarts its timer at every message, so a steady trickle never
 flushes there). ``activemq.prefetchSize`` is the batch size, so at most one batch is in memory.
 
+Messages it cannot bring in (seed ``000_…``'s soft failures, handled by ``routing.on-error``): a
+MapMessage or ObjectMessage (recognised with the connection's ``detect.types``), and under
+``ONCE_AND_ONLY_ONCE`` a NON_PERSISTENT message (seed ``001_…``: the mode "is only available for
+durable messages"). ``fail`` stops the ingress (``FAILED``, the message stays in ActiveMQ);
+``skip`` logs, counts and acknowledges it; ``dead-letter`` publishes it to the broker topic
+``routing.dead-letter.topic`` with ``toymb.dlq.*`` headers, then acknowledges it. With
+``non-persistent=drop`` NON_PERSISTENT messages are acknowledged and counted, not brought in.
+
 Failures (ActiveMQ or the broker unreachable) close the connection (unacknowledged messages go
 back to ActiveMQ), wait ``failure-retry-interval`` and reconnect, ``max-retries`` times (-1:
 forever). Then the ingress is ``FAILED`` (state, metric, log line) until :meth:`start` is called.
@@ -30,10 +38,11 @@ from typing import Any
 from driver import Template
 from driver.errors import HTTPStatusError, TransportError
 
-from ..routes import CONTENT_TYPE_HEADER, ORIGIN_HEADER
+from ..header_names import ID_LIST_HEADER
+from ..routes import CONTENT_TYPE_HEADER, DataError, is_non_persistent, mark_arrival
 from .config import IngressConfig, describe
-from .errors import JmsConfigError, JmsConnectionError
-from .mapping import ID_LIST_HEADER, append_id, from_stomp
+from .errors import JmsConfigError, JmsConnectionError, JmsError
+from .mapping import append_id, from_stomp
 from .stompclient import Frame, StompClient
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,14 @@ STOPPED, STARTED, PAUSED, FAILED = "STOPPED", "STARTED", "PAUSED", "FAILED"
 
 class PublishFailed(JmsConnectionError):
     """The broker could not be reached or answered 5xx: the batch is retried like a JMS failure."""
+
+
+class IngressStopped(JmsError):
+    """A message the ingress cannot bring in, under ``routing.on-error=fail``: the ingress stops."""
+
+
+TYPED_TRANSFORMATIONS = {"jms-map-json": "MapMessage", "jms-object-json": "ObjectMessage",
+                         "jms-map-xml": "MapMessage", "jms-object-xml": "ObjectMessage"}
 
 
 class JmsIngress:
@@ -55,6 +72,8 @@ class JmsIngress:
         self.message_count = 0
         self.aborted_count = 0
         self.batch_count = 0
+        self.skipped: dict[str, int] = {}        # reason -> messages not brought in on purpose
+        self.dead_lettered = 0
         self.last_error: str | None = None
         self.attempts: deque[float] = deque(maxlen=100)   # wall-clock time of each connection attempt
         self._stop = threading.Event()
@@ -109,6 +128,8 @@ class JmsIngress:
             "message_count": self.message_count,
             "aborted_count": self.aborted_count,
             "batches": self.batch_count,
+            "skipped": dict(self.skipped),
+            "dead_lettered": self.dead_lettered,
             "last_error": self.last_error,
             "connection_attempts": len(self.attempts),
             "parameters": describe(self.config),
@@ -131,7 +152,7 @@ class JmsIngress:
                 failures = 0
                 self._pump(client)
                 return
-            except JmsConfigError as exc:
+            except (JmsConfigError, IngressStopped) as exc:
                 self._fail(str(exc))
                 return
             except JmsConnectionError as exc:
@@ -163,9 +184,10 @@ class JmsIngress:
 
     def _connect(self) -> StompClient:
         cfg = self.config
-        client = StompClient(cfg.stomp.url, client_id=cfg.client_id, user=cfg.stomp.user,
-                             password=cfg.stomp.password).connect()
+        client = StompClient(cfg.stomp.url, client_id=cfg.client_id, **cfg.stomp.client_options()).connect()
         headers = {"activemq.prefetchSize": str(cfg.max_batch_size)}
+        if cfg.stomp.detect_types:
+            headers["transformation"] = "jms-json"
         if cfg.selector:
             headers["selector"] = cfg.selector
         if cfg.subscription_name:
@@ -177,6 +199,9 @@ class JmsIngress:
             if "selector" in str(exc).lower() or "InvalidSelector" in str(exc):
                 raise JmsConfigError(f"JMS ingress {cfg.name}: ActiveMQ refused the selector "
                                      f"{cfg.selector!r}: {exc}") from None
+            if cfg.stomp.detect_types:
+                raise JmsConnectionError(f"{exc} (detect.types subscribes with transformation: jms-json, "
+                                         "which needs XStream and Jettison on ActiveMQ's class path)") from None
             raise
         log.info(
             "JMS ingress %s: consuming %s (%s) into %s", cfg.name, cfg.destination, cfg.qos, cfg.dest_topic
@@ -210,7 +235,7 @@ class JmsIngress:
 
     def _forward(self, client: StompClient, batch: list[Frame]) -> None:
         cfg = self.config
-        messages = [self._convert(frame) for frame in batch]
+        messages, letters = self._sort(batch)
         if cfg.qos == "AT_MOST_ONCE":
             try:
                 self._ack(client, batch)
@@ -219,17 +244,75 @@ class JmsIngress:
                 raise
             try:
                 self._publish(messages)
+                self._publish_letters(letters)
             except PublishFailed:
                 self._aborted(len(batch), "the broker did not take an acknowledged batch")
                 raise
         else:
             self._publish(messages)
+            self._publish_letters(letters)
             self._ack(client, batch)
-        self.message_count += len(batch)
+        self.message_count += len(messages)
         self.batch_count += 1
         if self.metrics is not None:
-            self.metrics.messages.labels(cfg.name).inc(len(batch))
+            self.metrics.messages.labels(cfg.name).inc(len(messages))
             self.metrics.batches.labels(cfg.name).inc()
+
+    def _sort(self, batch: list[Frame]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The batch as broker messages to publish, and dead letters; skips are counted here.
+
+        Raises:
+            IngressStopped: a message cannot be brought in and ``routing.on-error`` is ``fail``.
+        """
+        cfg = self.config
+        messages: list[dict[str, Any]] = []
+        letters: list[dict[str, Any]] = []
+        for frame in batch:
+            try:
+                message = self._convert(frame)
+            except DataError as exc:
+                where = f"JMS ingress {cfg.name}: message {frame.headers.get('message-id', '?')}"
+                if cfg.on_error == "fail":
+                    raise IngressStopped(f"{where}: {exc}; routing.on-error=fail stops the ingress "
+                                         "(set skip or dead-letter to go on)") from None
+                self._count_skip(exc.reason, log_it=False)
+                if cfg.on_error == "skip":
+                    log.warning("%s skipped: %s", where, exc)
+                    continue
+                letters.append(self._dead_letter(frame, exc))
+                log.warning("%s dead-lettered to %s: %s", where, cfg.dead_letter_topic, exc)
+                continue
+            if message is not None:
+                messages.append(message)
+        return messages, letters
+
+    def _count_skip(self, reason: str, log_it: bool = True) -> None:
+        first = reason not in self.skipped
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if self.metrics is not None:
+            self.metrics.skipped.labels(self.config.name, reason).inc()
+        if log_it:
+            log.log(logging.WARNING if first else logging.DEBUG, "JMS ingress %s: not brought in (%s)%s",
+                    self.config.name, reason, "; further ones are counted" if first else "")
+
+    def _dead_letter(self, frame: Frame, exc: DataError) -> dict[str, Any]:
+        message = from_stomp(frame.headers, frame.body)
+        jms_id = frame.headers.get("message-id", "")
+        message["headers"].update({"toymb.dlq.reason": exc.reason, "toymb.dlq.error": str(exc)[:1000],
+                                   "toymb.dlq.route": self.config.name,
+                                   "toymb.dlq.source": f"{self.config.stomp.name}{self.config.destination}"})
+        if jms_id:
+            message["id"] = f"dlq:{jms_id}"       # a redelivered letter is stored once
+        return message
+
+    def _publish_letters(self, letters: list[dict[str, Any]]) -> None:
+        if not letters:
+            return
+        topic = self.config.dead_letter_topic
+        assert topic is not None
+        if not self._post(letters, topic):
+            raise PublishFailed(f"the broker refused the dead letters for {topic}")
+        self.dead_lettered += len(letters)
 
     def _aborted(self, count: int, why: str) -> None:
         self.aborted_count += count
@@ -242,11 +325,28 @@ class JmsIngress:
         for i, frame in enumerate(batch):
             client.ack(frame.headers["ack"], wait=i == len(batch) - 1)
 
-    def _convert(self, frame: Frame) -> dict[str, Any]:
+    def _convert(self, frame: Frame) -> dict[str, Any] | None:
+        """The broker message for ``frame``; None when ``non-persistent=drop`` drops it.
+
+        Raises:
+            DataError: ``not-text-or-binary`` (a MapMessage or ObjectMessage), ``non-persistent``
+                (NON_PERSISTENT under ONCE_AND_ONLY_ONCE).
+        """
         cfg = self.config
+        jms_id = frame.headers.get("message-id", "")
+        kind = TYPED_TRANSFORMATIONS.get(frame.headers.get("transformation", ""))
+        if kind is not None:
+            raise DataError("not-text-or-binary", f"a JMS {kind} is neither text nor binary; only TextMessage "
+                                                  "and BytesMessage are bridged")
         message = from_stomp(frame.headers, frame.body)
         headers: dict[str, str] = message["headers"]
-        jms_id = frame.headers.get("message-id", "")
+        if is_non_persistent(headers):
+            if cfg.drop_non_persistent:
+                self._count_skip("non-persistent")
+                return None
+            if cfg.qos == "ONCE_AND_ONLY_ONCE":
+                raise DataError("non-persistent", "ONCE_AND_ONLY_ONCE is only available for persistent "
+                                                  "messages, and this one is NON_PERSISTENT")
         restored = headers.pop(CONTENT_TYPE_HEADER, None)
         if restored:
             message["content_type"] = restored
@@ -254,26 +354,26 @@ class JmsIngress:
                 message["body_base64"] = _b64(message.pop("body").encode("utf-8"))
         if cfg.add_message_id and jms_id:
             headers[ID_LIST_HEADER] = append_id(headers.get(ID_LIST_HEADER), jms_id)
-        headers[ORIGIN_HEADER] = cfg.bridge_id
+        mark_arrival(headers, cfg.bridge_id, cfg.stomp.system)
         if cfg.qos == "ONCE_AND_ONLY_ONCE" and jms_id:
             message["id"] = jms_id
         return message
 
     def _publish(self, messages: list[dict[str, Any]]) -> None:
         """Publish the batch; 4xx for the batch means a bad message, so each is then tried alone."""
-        if self._post(messages):
+        if not messages or self._post(messages):
             return
         for message in messages:
             if not self._post([message]):
                 self._aborted(1, f"the broker refused message {message.get('id') or '(no id)'}")
 
-    def _post(self, messages: list[dict[str, Any]]) -> bool:
+    def _post(self, messages: list[dict[str, Any]], topic: str | None = None) -> bool:
         """True when stored; False when the broker refused the messages themselves (a 4xx about them).
 
         Raises:
             PublishFailed: the broker cannot take them now, or refuses this bridge (retried later).
         """
-        topic = self.config.dest_topic
+        topic = topic or self.config.dest_topic
         try:
             self._broker.publish_encoded(topic, messages)
         except HTTPStatusError as exc:

@@ -6,27 +6,31 @@ Bodies
     with ``content-length`` and becomes a ``BytesMessage``. Coming in, a frame with
     ``content-length`` (a ``BytesMessage``) gives a binary body, one without gives ``text/plain``.
 
-JMS header fields (both ways)
+JMS header fields (both ways; the seed's names, see :mod:`journal_spark.header_names`)
     ===================== ================== ==========================================
     broker header         STOMP header       JMS
     ===================== ================== ==========================================
-    jms.JMSCorrelationID  correlation-id     JMSCorrelationID
-    jms.JMSReplyTo        reply-to           JMSReplyTo (``/queue/x`` or ``/topic/x``)
-    jms.JMSType           type               JMSType
-    jms.JMSPriority       priority           JMSPriority (0-9)
-    jms.JMSExpiration     expires            JMSExpiration (ms since the epoch, 0: never)
-    jms.JMSDeliveryMode   persistent         PERSISTENT (default) / NON_PERSISTENT
+    jms.CorrelationId     correlation-id     JMSCorrelationID
+    jms.ReplyTo           reply-to           JMSReplyTo (``/queue/x`` or ``/topic/x``)
+    jms.Type              type               JMSType
+    jms.Priority          priority           JMSPriority (0-9)
+    jms.Expiration        expires            JMSExpiration (ms since the epoch, 0: never)
+    jms.DeliveryMode      persistent         PERSISTENT (default) / NON_PERSISTENT
     ===================== ================== ==========================================
 
-    Ingress also records ``jms.JMSMessageID``, ``jms.JMSTimestamp``, ``jms.JMSDestination`` and
-    ``jms.JMSRedelivered``. The message key goes out as ``JMSXGroupID`` (ActiveMQ message groups
-    keep a key's order, as a Kafka partition does) and comes back from it when the broker shows it.
+    Going out, the JMS API's spellings (``jms.JMSCorrelationID`` ...) set the same fields (the
+    seed's spelling wins when a message has both). Ingress also records ``jms.MessageId``,
+    ``jms.Timestamp``, ``jms.Destination`` and ``jms.Redelivered``; those are set by the JMS
+    server on send, so they never go back out. The message key goes out as ``JMSXGroupID``
+    (ActiveMQ message groups keep a key's order, as a Kafka partition does) and comes back from
+    it when the broker shows it.
 
 Properties
     A header ``jms.<name>`` becomes the JMS property ``<name>``; any other header ``H`` becomes the
     property ``H``; coming in, property ``P`` becomes the header ``jms.P``. The bridge's own
-    headers (origin, hop count, content type, ``AMQ_BRIDGE_MSG_ID_LIST``) keep their names both ways, so loop
-    prevention and the id list survive a JMS hop.
+    headers (origin, hop count, content type, ``ACTIVEMQ_BRIDGE_MSG_ID_LIST``) keep their names both ways, so
+    loop prevention and the id list survive a JMS hop; Artemis's ``AMQ_BRIDGE_MSG_ID_LIST`` is read as
+    the same list.
 
     JMS property names must be Java identifiers, so names are encoded with Apache Camel's
     convention, made reversible (``decode_name(encode_name(n)) == n`` for every ``n``):
@@ -47,25 +51,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..routes import CONTENT_TYPE_HEADER, HOPS_HEADER, ORIGIN_HEADER
-
-ID_LIST_HEADER = "AMQ_BRIDGE_MSG_ID_LIST"     # Artemis's property name (its manual misspells it)
+from ..header_names import ID_LIST_ALIASES, ID_LIST_HEADER, jms_field
+from ..routes import CONTENT_TYPE_HEADER, HOPS_HEADER, ORIGIN_HEADER, PATH_HEADER
 
 FIELD_TO_STOMP: dict[str, str] = {
-    "jms.JMSCorrelationID": "correlation-id",
-    "jms.JMSReplyTo": "reply-to",
-    "jms.JMSType": "type",
-    "jms.JMSPriority": "priority",
-    "jms.JMSExpiration": "expires",
-    "jms.JMSDeliveryMode": "persistent",
+    "CorrelationId": "correlation-id",
+    "ReplyTo": "reply-to",
+    "Type": "type",
+    "Priority": "priority",
+    "Expiration": "expires",
+    "DeliveryMode": "persistent",
 }
-STOMP_TO_FIELD: dict[str, str] = {v: k for k, v in FIELD_TO_STOMP.items()}
-INFO_FIELDS: dict[str, str] = {"message-id": "jms.JMSMessageID", "timestamp": "jms.JMSTimestamp",
-                               "destination": "jms.JMSDestination", "redelivered": "jms.JMSRedelivered"}
+STOMP_TO_FIELD: dict[str, str] = {v: f"jms.{k}" for k, v in FIELD_TO_STOMP.items()}
+INFO_FIELDS: dict[str, str] = {"message-id": "jms.MessageId", "timestamp": "jms.Timestamp",
+                               "destination": "jms.Destination", "redelivered": "jms.Redelivered"}
+_INFO = frozenset(h[4:] for h in INFO_FIELDS.values())
 GROUP_HEADER = "JMSXGroupID"
 # STOMP frame headers that are protocol, not JMS properties.
 _FRAME_HEADERS = frozenset({"subscription", "ack", "content-length", "content-type", "browser", "receipt",
-                            "transaction", "receipt-id"}) | set(STOMP_TO_FIELD) | set(INFO_FIELDS)
+                            "transaction", "receipt-id", "transformation"}) | set(STOMP_TO_FIELD) | set(INFO_FIELDS)
 
 _KEYWORDS = frozenset({"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
 _ESCAPE = re.compile(r"_(?:DOT|HYPHEN|U[0-9A-F]{1,6}|X)_")
@@ -130,20 +134,20 @@ class OutFrame:
     text: bool
 
 
-def _field_value(header: str, value: str) -> str | None:
+def _field_value(field: str, value: str) -> str | None:
     """A JMS header field's STOMP value, or None when the value is unusable (then it is skipped)."""
-    if header == "jms.JMSDeliveryMode":
+    if field == "DeliveryMode":
         upper = value.strip().upper()
         if upper in ("PERSISTENT", "2", "TRUE"):
             return "true"
         if upper in ("NON_PERSISTENT", "1", "FALSE"):
             return "false"
         return None
-    if header == "jms.JMSPriority":
+    if field == "Priority":
         return value if value.strip().isdigit() and 0 <= int(value) <= 9 else None
-    if header == "jms.JMSExpiration":
+    if field == "Expiration":
         return value if value.strip().isdigit() else None
-    if header == "jms.JMSReplyTo":
+    if field == "ReplyTo":
         if value.startswith(("/queue/", "/topic/", "/temp-queue/", "/temp-topic/")):
             return value
         for scheme, prefix in (("queue://", "/queue/"), ("topic://", "/topic/")):
@@ -158,17 +162,25 @@ def to_stomp(key: str | None, headers: Mapping[str, str], content_type: str, bod
     out: dict[str, str] = {"persistent": "true"}
     props: dict[str, str] = {}
     jms_props: dict[str, str] = {}
+    fields: dict[str, tuple[bool, str]] = {}     # field -> (seed spelling?, value)
     for name, value in headers.items():
-        if name in FIELD_TO_STOMP:
-            converted = _field_value(name, value)
-            if converted is not None:
-                out[FIELD_TO_STOMP[name]] = converted
-        elif name in INFO_FIELDS.values():
-            continue     # set by the JMS broker on send; an ingress copy must not go back out
+        field = jms_field(name)
+        if field in FIELD_TO_STOMP:
+            seed = name == f"jms.{field}"
+            if seed or field not in fields or not fields[field][0]:
+                fields[field] = (seed, value)
+        elif field in _INFO:
+            continue     # set by the JMS server on send; an ingress copy must not go back out
+        elif name in ID_LIST_ALIASES:
+            props.setdefault(ID_LIST_HEADER, value)
         elif name.startswith("jms."):
             jms_props[encode_name(name[4:])] = value
         else:
             props[encode_name(name)] = value
+    for field, (_seed, value) in fields.items():
+        converted = _field_value(field, value)
+        if converted is not None:
+            out[FIELD_TO_STOMP[field]] = converted
     props.update(jms_props)      # jms.<P> wins over a plain header of the same name
     if key is not None:
         props[GROUP_HEADER] = key
@@ -194,11 +206,15 @@ def from_stomp(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     import base64
 
     out_headers: dict[str, str] = {}
-    bridge_own = {ORIGIN_HEADER, HOPS_HEADER, ID_LIST_HEADER, CONTENT_TYPE_HEADER}
+    bridge_own = {ORIGIN_HEADER, HOPS_HEADER, PATH_HEADER, ID_LIST_HEADER, CONTENT_TYPE_HEADER}
     for name, value in headers.items():
         if name in _FRAME_HEADERS or name == GROUP_HEADER:
             continue
         decoded = decode_name(name)
+        if decoded in ID_LIST_ALIASES:        # Artemis's own spelling continues the same list
+            decoded = ID_LIST_HEADER
+            if decoded in out_headers:
+                continue
         out_headers[decoded if decoded in bridge_own else f"jms.{decoded}"] = value
     for stomp_name, header in STOMP_TO_FIELD.items():
         field = headers.get(stomp_name)
@@ -208,7 +224,7 @@ def from_stomp(headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
             field = "PERSISTENT" if field == "true" else "NON_PERSISTENT"
         out_headers[header] = field
     if "persistent" not in headers:
-        out_headers["jms.JMSDeliveryMode"] = "NON_PERSISTENT"
+        out_headers["jms.DeliveryMode"] = "NON_PERSISTENT"
     for stomp_name, header in INFO_FIELDS.items():
         if stomp_name in headers:
             out_headers[header] = headers[stomp_name]

@@ -21,6 +21,9 @@ class JmsMetrics:
         )
         self.aborted = Counter("toymb_jms_ingress_aborted", "Messages dropped (AT_MOST_ONCE losses, refused)",
                                ["bridge"], registry=r)
+        self.skipped = Counter("toymb_jms_ingress_skipped",
+                               "Messages not brought in: dropped non-persistent, skipped or dead-lettered "
+                               "soft failures", ["bridge", "reason"], registry=r)
         self.failures = Counter("toymb_jms_bridge_connection_failures", "Connection failures", ["bridge"],
                                 registry=r)
         self.failed = Gauge("toymb_jms_bridge_failed", "1 when the bridge spent max-retries and stopped",

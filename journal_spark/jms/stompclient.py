@@ -37,8 +37,8 @@ class Frame:
 def parse_url(url: str) -> tuple[str, int]:
     """``stomp://host:port`` (or ``host:port``) as a (host, port) pair."""
     parsed = urlparse(url if "://" in url else f"stomp://{url}")
-    if parsed.scheme not in ("stomp", "tcp") or not parsed.hostname:
-        raise ValueError(f"not a STOMP URL: {url!r} (expected stomp://host:port)")
+    if parsed.scheme not in ("stomp", "tcp", "stomp+ssl", "ssl") or not parsed.hostname:
+        raise ValueError(f"not a STOMP URL: {url!r} (expected stomp://host:port or stomp+ssl://host:port)")
     return parsed.hostname, parsed.port or 61613
 
 
@@ -63,6 +63,13 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
             self.owner.error = f"{message} {body[:300]}".strip()
             self.owner.changed.notify_all()
 
+    def on_heartbeat_timeout(self) -> None:
+        log.warning("no STOMP heart-beat from %s in time: the connection is lost", self.owner.url)
+        with self.owner.lock:
+            self.owner.error = "heart-beat timeout"
+            self.owner.changed.notify_all()
+        self.owner.inbox.put(None)
+
     def on_disconnected(self) -> None:
         with self.owner.lock:
             self.owner.alive = False
@@ -74,12 +81,22 @@ class StompClient:
     """One connection to ActiveMQ's STOMP connector."""
 
     def __init__(self, url: str, *, client_id: str | None = None, user: str | None = None,
-                 password: str | None = None, timeout: float = 10.0) -> None:
+                 password: str | None = None, timeout: float = 10.0, vhost: str | None = None,
+                 heartbeat_ms: int = 0, ssl: bool | None = None, ssl_ca_file: str | None = None,
+                 ssl_cert_file: str | None = None, ssl_key_file: str | None = None) -> None:
+        """``ssl`` defaults to what the URL says (``stomp+ssl://``); the server's certificate is
+        verified against ``ssl_ca_file`` (else the system's CAs), host name included. ``vhost`` is
+        the CONNECT frame's ``host`` header (default: the host). ``heartbeat_ms`` > 0 asks for
+        heart-beats both ways; a server silent for 1.5 times the agreed period is a lost connection."""
         self.url = url
         self.host, self.port = parse_url(url)
         self.client_id = client_id
         self.user, self.password = user, password
         self.timeout = timeout
+        self.vhost = vhost
+        self.heartbeat_ms = heartbeat_ms
+        self.ssl = url.startswith(("stomp+ssl:", "ssl:")) if ssl is None else ssl
+        self.ssl_files = (ssl_ca_file, ssl_cert_file, ssl_key_file)
         self.inbox: queue.Queue[Frame | None] = queue.Queue()
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
@@ -91,14 +108,21 @@ class StompClient:
     def connect(self) -> StompClient:
         """Connect (CONNECTED frame received), or raise :class:`JmsConnectionError`."""
         conn = stomp.Connection12([(self.host, self.port)], auto_decode=False, auto_content_length=False,
-                                  reconnect_attempts_max=1, timeout=self.timeout, heartbeats=(0, 0))
+                                  reconnect_attempts_max=1, timeout=self.timeout,
+                                  heartbeats=(self.heartbeat_ms, self.heartbeat_ms), vhost=self.vhost)
+        if self.ssl:
+            ca, cert, key = self.ssl_files
+            conn.set_ssl(for_hosts=[(self.host, self.port)], ca_certs=ca, cert_file=cert, key_file=key)
         conn.set_listener("toymb", _Listener(self))
         headers = {"client-id": self.client_id} if self.client_id else {}
         try:
             conn.connect(self.user, self.password, wait=True, headers=headers)
         except (StompException, OSError) as exc:
             self._drop(conn)
-            raise JmsConnectionError(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from None
+            hint = " (TLS: is it a stomp+ssl port, and does the CA file sign its certificate?)" if self.ssl else ""
+            raise JmsConnectionError(
+                f"cannot connect to {self.url}: {exc or type(exc).__name__}{hint}"
+            ) from None
         self.conn, self.alive = conn, True
         return self
 
@@ -107,6 +131,12 @@ class StompClient:
         try:
             conn.disconnect()
         except Exception:  # noqa: BLE001 - already broken
+            pass
+        try:
+            # Close the socket ourselves: waiting for the server to close it after DISCONNECT would
+            # hang forever on a server that stopped answering (what heart-beats detect).
+            conn.transport.disconnect_socket()
+        except Exception:  # noqa: BLE001
             pass
         try:
             conn.transport.stop()

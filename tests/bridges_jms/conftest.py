@@ -46,19 +46,25 @@ class PrivateActiveMQ:
     every xdist worker) meanwhile, so it is never restarted.
     """
 
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, keystore: Path | None = None, keystore_password: str = "") -> None:
+        """With ``keystore`` (PKCS12), a stomp+ssl connector listens on ``ssl_port`` too."""
         self.stomp_port, self.openwire_port = free_port(), free_port()
+        self.ssl_port = free_port() if keystore else 0
         self.url = f"stomp://127.0.0.1:{self.stomp_port}"
         self.env = {**os.environ, "TOYMB_SERVICES_DIR": str(state), "TOYMB_AMQ_HEAP": "-Xmx256M",
                     "TOYMB_AMQ_STOMP_PORT": str(self.stomp_port),
                     "TOYMB_AMQ_OPENWIRE_PORT": str(self.openwire_port)}
+        if keystore:
+            self.env.update({"TOYMB_AMQ_STOMP_SSL_PORT": str(self.ssl_port), "TOYMB_AMQ_KEYSTORE": str(keystore),
+                             "TOYMB_AMQ_KEYSTORE_PASSWORD": keystore_password})
 
     def _run(self, command: str) -> None:
         done = subprocess.run([AMQ, command], env=self.env, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, f"services/activemq.sh {command}: {done.stderr[-2000:]}"
 
     def up(self) -> bool:
-        return port_open("127.0.0.1", self.stomp_port) and port_open("127.0.0.1", self.openwire_port)
+        return (port_open("127.0.0.1", self.stomp_port) and port_open("127.0.0.1", self.openwire_port)
+                and (not self.ssl_port or port_open("127.0.0.1", self.ssl_port)))
 
     def start(self) -> PrivateActiveMQ:
         self._run("start")

@@ -22,10 +22,13 @@ from tests.support import NodeProcess, free_port, wait_until
 
 
 def make_ingress(tmp_path: Path, node_url: str, source: str, topic: str, bridge: str = "in-1",
-                 port: int = 61613, metrics: JmsMetrics | None = None, **opts: str) -> JmsIngress:
+                 port: int = 61613, metrics: JmsMetrics | None = None, extra: tuple[str, ...] = (),
+                 **opts: str) -> JmsIngress:
+    """One JMS ingress ``i`` from a routes file; ``extra`` are more lines (global keys)."""
     lines = [
         f"bridge.id={bridge}",
         f"jms.stomp.port={port}",
+        *extra,
         f"ingress.i.{source}",
         f"ingress.i.dest.topic={topic}",
         f"ingress.i.broker.url={node_url}",
@@ -66,7 +69,7 @@ def test_selector_mapping_and_bodies(activemq: str, node: NodeProcess, tmp_path:
                 },
             ),
             (b"blue", {"color": "blue"}),
-            (bytes([0, 1, 255]), {"color": "red", "content-length": "3"}),
+            (bytes([0, 1, 255]), {"color": "red", "content-length": "3", "persistent": "true"}),
         ],
     )
     bridge.start()
@@ -79,14 +82,11 @@ def test_selector_mapping_and_bodies(activemq: str, node: NodeProcess, tmp_path:
     assert text["body"] == b"red text" and data["body"] == bytes([0, 1, 255])
     h = text["headers"]
     assert h["jms.color"] == "red" and h["jms.trace.id"] == "t-9"
-    assert h["jms.JMSCorrelationID"] == "c-1" and h["jms.JMSReplyTo"] == "/queue/back"
-    assert h["jms.JMSType"] == "greeting" and h["jms.JMSPriority"] == "6"
-    assert (
-        h["jms.JMSDeliveryMode"] == "PERSISTENT"
-        and data["headers"]["jms.JMSDeliveryMode"] == "NON_PERSISTENT"
-    )
+    assert h["jms.CorrelationId"] == "c-1" and h["jms.ReplyTo"] == "/queue/back"
+    assert h["jms.Type"] == "greeting" and h["jms.Priority"] == "6"
+    assert h["jms.DeliveryMode"] == "PERSISTENT" and data["headers"]["jms.DeliveryMode"] == "PERSISTENT"
     assert h["jmsbridge.origin"] == "in-1"
-    assert text["id"] == h["jms.JMSMessageID"] and text["id"].startswith("ID:")   # ONCE_AND_ONLY_ONCE
+    assert text["id"] == h["jms.MessageId"] and text["id"].startswith("ID:")   # ONCE_AND_ONLY_ONCE
     # the blue message stays in ActiveMQ for someone else
     client = connect()
     try:
@@ -152,8 +152,8 @@ def test_message_id_list_across_two_hops(activemq: str, node: NodeProcess, tmp_p
     send_all(f"/queue/{q1}", [(b"request", {"persistent": "true"})])
     hop1.start()
     (first,) = wait_stored(node, "hop-a", 1)
-    id1 = first["headers"]["jms.JMSMessageID"]
-    assert first["headers"]["AMQ_BRIDGE_MSG_ID_LIST"] == id1
+    id1 = first["headers"]["jms.MessageId"]
+    assert first["headers"]["ACTIVEMQ_BRIDGE_MSG_ID_LIST"] == id1
     # hop-a -> JMS queue q2 through the egress sink of another bridge, then back in by hop2.
     routes = write_routes(
         tmp_path / "egress.properties",
@@ -169,9 +169,9 @@ def test_message_id_list_across_two_hops(activemq: str, node: NodeProcess, tmp_p
         sink.close()
     hop2.start()
     (second,) = wait_stored(node, "hop-b", 1)
-    id2 = second["headers"]["jms.JMSMessageID"]
+    id2 = second["headers"]["jms.MessageId"]
     assert id2 != id1
-    assert second["headers"]["AMQ_BRIDGE_MSG_ID_LIST"] == f"{id1},{id2}"
+    assert second["headers"]["ACTIVEMQ_BRIDGE_MSG_ID_LIST"] == f"{id1},{id2}"
     assert second["headers"]["jmsbridge.hops"] == "1" and second["body"] == b"request"
 
 

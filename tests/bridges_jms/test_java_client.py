@@ -49,10 +49,15 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
         {"id": "b1", "topic": "orders", "partition": 0, "offset": 1, "key": None, "timestamp": 0,
          "content_type": "application/octet-stream", "body": binary,
          "headers": {"jms.JMSCorrelationID": "corr-43", "jms.JMSDeliveryMode": "NON_PERSISTENT"}},
+        # The seed's names (what the ingress writes) set the same JMS header fields.
+        {"id": "s1", "topic": "orders", "partition": 0, "offset": 2, "key": None, "timestamp": 0,
+         "content_type": "text/plain", "body": b"seed",
+         "headers": {"jms.CorrelationId": "corr-44", "jms.Type": "invoice", "jms.Priority": "2",
+                     "jms.DeliveryMode": "NON_PERSISTENT", "jms.MessageId": "ID:elsewhere-1"}},
     ]
     sink = JmsSink(load_routes(routes))
     try:
-        assert sink.write_rows(rows, 0) == 2
+        assert sink.write_rows(rows, 0) == 3
     finally:
         sink.close()
     bridge = make_ingress(tmp_path, node.url, f"jms.queue={in_queue}", "from-java", max_batch_time="100",
@@ -60,7 +65,7 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
     bridge.start()
     try:
         result = subprocess.run(
-            ["java", "-cp", ":".join(JARS), str(PROBE), "tcp://127.0.0.1:61616", out_queue, "2", in_queue],
+            ["java", "-cp", ":".join(JARS), str(PROBE), "tcp://127.0.0.1:61616", out_queue, "3", in_queue],
             capture_output=True,
             text=True,
             timeout=90,
@@ -69,14 +74,16 @@ def test_java_jms_client_receives_and_sends(activemq: str, node: NodeProcess, tm
         lines = [line for line in result.stdout.splitlines() if line.startswith(("TEXT", "BYTES", "SENT"))]
         assert lines[0] == f"TEXT corr-42 order 8 true red t-7 1 {'héllo'.encode().hex()}"
         assert lines[1] == f"BYTES corr-43 null 4 false null null 1 {binary.hex()}"
-        sent_id = lines[2].split()[1]
+        assert lines[2] == f"TEXT corr-44 invoice 2 false null null 1 {b'seed'.hex()}"
+        sent_id = lines[3].split()[1]
         (message,) = wait_stored(node, "from-java", 1)
     finally:
         bridge.stop()
     h = message["headers"]
     assert message["body"] == b"from java" and message["content_type"] == "text/plain"
-    assert message["id"] == sent_id == h["jms.JMSMessageID"]
-    assert h["jms.JMSCorrelationID"] == "java-corr-1" and h["jms.JMSType"] == "reply"
-    assert h["jms.JMSPriority"] == "7" and h["jms.JMSDeliveryMode"] == "PERSISTENT"
+    assert message["id"] == sent_id == h["jms.MessageId"]
+    assert not any(name.startswith("jms.JMS") for name in h), h      # the seed's names only
+    assert h["jms.CorrelationId"] == "java-corr-1" and h["jms.Type"] == "reply"
+    assert h["jms.Priority"] == "7" and h["jms.DeliveryMode"] == "PERSISTENT"
     assert h["jms.region"] == "eu-west" and h["jms.attempt"] == "3" and h["jms.urgent"] == "true"
     assert len(stored(node, "from-java")) == 1

@@ -67,7 +67,9 @@ routes.other.dest.topic={rest}
     text = _exposition(telemetry)
     assert f'jms_bridge_routing_success_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 4.0' in text
     assert "jms_bridge_routing_latency_avg{" in text
-    assert f'jms_bridge_routing_skipped_total{{jms_bridge_id="{bridge}",sink="kafka.bridge"}} 2.0' in text
+    for reason in ("cycle", "max-hops"):
+        assert (f'jms_bridge_routing_skipped_total{{jms_bridge_id="{bridge}",reason="{reason}",'
+                f'sink="kafka.bridge"}} 1.0') in text
 
 
 def _exposition(telemetry: BridgeTelemetry) -> str:
@@ -89,7 +91,8 @@ def _bad_rows() -> list[dict[str, Any]]:
     return [message("shop", 0, {"CorrelationId": "a"}),
             message("shop", 1, {}),                                        # no key header
             message("shop", 2, {"CorrelationId": "c", "jmsbridge.hops": "x"}),   # unconvertible hop count
-            message("shop", 3, {"CorrelationId": "d"})]
+            message("shop", 3, {"CorrelationId": "d"}),
+            message("shop", 4, {"jms.CorrelationId": "no spaces!"})]              # not alphanumeric
 
 
 def test_on_error_fail_stops_and_writes_nothing(tmp_path: Path, names: Any) -> None:
@@ -101,6 +104,9 @@ def test_on_error_fail_stops_and_writes_nothing(tmp_path: Path, names: Any) -> N
         sink.write_rows(_bad_rows(), 0)
     assert consume_all(dest, idle_s=2) == []          # the batch's transaction was aborted
     assert len(consume_all(dest, read_committed=False, idle_s=2)) <= 1   # (aborted data, never visible)
+    again = KafkaSink(load_routes(path))
+    with pytest.raises(DataError, match=r"shop-0-4.*'no spaces!' is not an alphanumeric key.*on-error=fail"):
+        again.write_rows([_bad_rows()[4]], 1)
 
 
 def test_on_error_skip_logs_and_goes_on(tmp_path: Path, names: Any, caplog: pytest.LogCaptureFixture) -> None:
@@ -112,8 +118,10 @@ def test_on_error_skip_logs_and_goes_on(tmp_path: Path, names: Any, caplog: pyte
     assert sink.write_rows(_bad_rows(), 0) == 2
     assert sorted(r.key() for r in consume_all(dest, expect=2)) == [b"a", b"d"]
     assert "skipped message shop-0-1" in caplog.text and "skipped message shop-0-2" in caplog.text
-    assert telemetry.counts(sink.name) == (2, 2)
-    assert 'reason="no-key"' in _exposition(telemetry) and 'reason="bad-hops"' in _exposition(telemetry)
+    assert "skipped message shop-0-4" in caplog.text and "'no spaces!' is not an alphanumeric key" in caplog.text
+    assert telemetry.counts(sink.name) == (2, 3)
+    exposition = _exposition(telemetry)
+    assert 'reason="no-key"' in exposition and 'reason="bad-hops"' in exposition and 'reason="bad-key"' in exposition
 
 
 def test_on_error_dead_letter_publishes_reasons(tmp_path: Path, names: Any) -> None:
@@ -123,13 +131,15 @@ def test_on_error_dead_letter_publishes_reasons(tmp_path: Path, names: Any) -> N
     sink = KafkaSink(load_routes(path))
     assert sink.write_rows(_bad_rows(), 0) == 2
     assert sorted(r.key() for r in consume_all(dest, expect=2)) == [b"a", b"d"]
-    letters = {r.key().decode(): (headers_of(r), r.value()) for r in consume_all(dlq, expect=2)}
-    assert set(letters) == {"shop-0-1", "shop-0-2"}
+    letters = {r.key().decode(): (headers_of(r), r.value()) for r in consume_all(dlq, expect=3)}
+    assert set(letters) == {"shop-0-1", "shop-0-2", "shop-0-4"}
     headers, body = letters["shop-0-1"]
     assert headers["toymb.dlq.reason"] == "no-key" and headers["toymb.dlq.route"] == "r"
     assert headers["toymb.dlq.source"] == "shop/0/1" and "CorrelationId" in headers["toymb.dlq.error"]
     assert body == b"body 1"
     assert letters["shop-0-2"][0]["toymb.dlq.reason"] == "bad-hops"
+    assert letters["shop-0-4"][0]["toymb.dlq.reason"] == "bad-key"
+    assert "not an alphanumeric key" in letters["shop-0-4"][0]["toymb.dlq.error"]
 
 
 def test_missing_topics_are_a_hard_stop(tmp_path: Path, names: Any) -> None:

@@ -115,7 +115,8 @@ def test_sigkilled_ingress_stores_each_record_once(tmp_path: Path, names: Any) -
         assert row.content_type == ("text/plain" if n % 2 else "application/octet-stream")
 
 
-def test_ingress_dead_letters_undecodable_records_and_keeps_going(tmp_path: Path, names: Any) -> None:
+def test_ingress_dead_letters_undecodable_records_and_keeps_going(tmp_path: Path, names: Any,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     import threading
 
     from journal_spark.bridges.kafka_ingress import KafkaIngress
@@ -139,6 +140,7 @@ def test_ingress_dead_letters_undecodable_records_and_keeps_going(tmp_path: Path
         KafkaIngress(routes, routes.ingress[0]).run(threading.Event(), idle_exit_s=2)
     stored = {r.key: r for r in _stored(db, "landed")}
     assert set(stored) == {"good-1", "good-3"}          # the looped record (4 hops) stays out
+    assert "crossed routing.max-hops=4 bridges and were dropped" in caplog.text
     assert json.loads(stored["good-1"].headers)["jmsbridge.hops"] == "2"
     assert bytes(stored["good-3"].body) == b""
     letters = {r.value(): {k: v.decode(errors="replace") for k, v in r.headers() or []}

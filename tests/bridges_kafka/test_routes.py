@@ -108,3 +108,83 @@ def test_bad_files_are_startup_errors_naming_the_line(tmp_path: Path, text: str,
         load_routes(path)
     assert f"{path}:{line}:" in str(info.value)
     assert isinstance(info.value, JournalError)
+
+
+@pytest.mark.parametrize(("headers", "found"), [
+    ({"jms.CorrelationId": "seed"}, "seed"),
+    ({"jms.JMSCorrelationID": "api"}, "api"),
+    ({"jms.jmscorrelationid": "lower"}, "lower"),
+    ({"CorrelationId": "plain"}, "plain"),
+    ({"jms.JMSCorrelationID": "api", "jms.CorrelationId": "seed"}, "seed"),
+    ({"jms.CorrelationIdX": "other field"}, None),
+    ({}, None),
+])
+def test_seed_and_jms_api_spellings_of_a_header_field(headers: dict[str, str], found: str | None) -> None:
+    from journal_spark.predicates import field_of
+
+    row = {"id": "m", "topic": "t", "key": None, "headers": headers}
+    assert field_of(row, "msg.header.CorrelationId") == found
+    assert field_of(row, "msg.header.JMSCorrelationID") == found
+    both = {**row, "headers": {"CorrelationId": "exact", "jms.CorrelationId": "jms"}}
+    assert field_of(both, "msg.header.CorrelationId") == "exact"          # the exact name first
+
+
+def test_a_property_is_found_with_or_without_its_jms_prefix() -> None:
+    from journal_spark.predicates import parse_predicate
+
+    predicate = parse_predicate("msg.header.color==red")
+    assert predicate({"id": "m", "topic": "t", "key": None, "headers": {"jms.color": "red"}})
+    assert predicate({"id": "m", "topic": "t", "key": None, "headers": {"color": "red", "jms.color": "blue"}})
+    assert not predicate({"id": "m", "topic": "t", "key": None, "headers": {"jms.colour": "red"}})
+
+
+@pytest.mark.parametrize(("headers", "system", "reason"), [
+    ({}, "kafka", None),
+    ({ORIGIN_HEADER: "me", "jmsbridge.path": "me@jms:default"}, "kafka", None),    # JMS -> Kafka: no loop
+    ({ORIGIN_HEADER: "me", "jmsbridge.path": "me@kafka"}, "kafka", "cycle"),      # back where it came from
+    ({ORIGIN_HEADER: "me", "jmsbridge.path": "me@jms:default,me@kafka"}, "jms:default", "cycle"),
+    ({ORIGIN_HEADER: "me", "jmsbridge.path": "other@kafka"}, "kafka", None),      # another bridge's
+    ({ORIGIN_HEADER: "me"}, "kafka", "cycle"),              # no path (older message): as before
+    ({HOPS_HEADER: "4"}, "jms:b", "max-hops"),
+])
+def test_loops_are_only_real_loops(tmp_path: Path, headers: dict[str, str], system: str, reason: str | None) -> None:
+    path = tmp_path / "r.properties"
+    path.write_text("bridge.id=me\nroutes.r.predicate=msg.address==t\nroutes.r.dest.topic=x\n")
+    assert load_routes(path).loop_reason(headers, system) == reason
+
+
+def test_the_path_is_bounded() -> None:
+    from journal_spark.routes import mark_arrival
+
+    headers: dict[str, str] = {}
+    for i in range(100):
+        mark_arrival(headers, f"b{i}", "kafka")
+    assert headers["jmsbridge.path"].count(",") == 15 and headers["jmsbridge.path"].endswith("b99@kafka")
+
+
+@pytest.mark.parametrize("value", ["bad key", "x!", "-a", "a\x00b", "☃", "a" * 300, "c1\n"])
+def test_a_key_that_is_not_alphanumeric_is_a_data_error(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "r.properties"
+    path.write_text("routes.r.predicate=msg.address==t\nroutes.r.dest.topic=x\nroutes.r.conv.key=msg.header.k\n")
+    (route,) = load_routes(path).routes
+    with pytest.raises(DataError) as caught:
+        route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": value}})
+    assert caught.value.reason == "bad-key"
+    assert route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": "ID:host-1:1:1"}}) == "ID:host-1:1:1"
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    (["ingress.k.kafka.topic=t", "ingress.k.dest.topic=d", "ingress.k.broker.url=http://x",
+      "ingress.k.non-persistent=drop"], "ingress.k.non-persistent is for a JMS source"),
+    (["ingress.k.kafka.topic=t", "ingress.k.dest.topic=d", "ingress.k.broker.url=http://x",
+      "ingress.k.jms.connection=b"], "ingress.k.jms.connection is for a JMS source"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.topic=x", "routes.r.jms.connection=b"],
+     "routes.r.jms.connection is for a JMS destination"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.nats.subject=x", "routes.r.non-persistent=drop"],
+     "routes.r.non-persistent is for Kafka and JMS destinations"),
+])
+def test_jms_only_settings_elsewhere_are_refused(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = tmp_path / "r.properties"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RoutesError, match=message):
+        load_routes(path)

@@ -88,6 +88,10 @@ def test_a_full_file_is_read_with_its_values(tmp_path: Path) -> None:
     (["nats.token=t", "nats.user=u", *RR], "nats.token"),
     (["jms.stomp.port=70000", *RR], "jms.stomp.port"),
     (["jms.reconnect.initial.ms=500", "jms.reconnect.max.ms=100", *RR], "jms.reconnect.max.ms"),
+    # Connection settings of the journal job's STOMP client that this bridge's client does not honour.
+    (["jms.stomp.ssl=true", *RR], "jms.stomp.ssl"),
+    (["jms.stomp.vhost=prod", *RR], "jms.stomp.vhost"),
+    (["jms.stomp.heartbeat.ms=5000", *RR], "jms.stomp.heartbeat.ms"),
 ])
 def test_invalid_settings_stop_startup_naming_the_key(tmp_path: Path, lines: list[str], key: str) -> None:
     with pytest.raises(NatsConfigError) as caught:

@@ -144,6 +144,10 @@ def test_lags_follow_the_end_offsets_and_the_commits(repos: Repositories, append
     groups.commit("t", "g", {0: 5, 2: 1})
     assert groups.lags([("t", "g"), ("t", "h")]) == {("t", "g"): 4, ("t", "h"): 10}
     assert groups.lags([]) == {}
+    # The lagging partitions themselves, (committed, end), in one read; caught-up ones are left out.
+    assert groups.lagging([("t", "g"), ("u", "g"), ("t", "nogroup")]) == {
+        ("t", "g"): {1: (0, 3), 2: (1, 2)}, ("u", "g"): {0: (0, 4)}}
+    assert groups.lagging([]) == {}
 
 
 def test_read_is_fair_across_partitions(repos: Repositories, appender: Appender) -> None:
@@ -186,3 +190,40 @@ def test_read_goes_on_after_rows_retention_deleted(repos: Repositories, appender
     assert [(r.partition, r.offset) for r in rows] == [(0, 5), (0, 6), (1, 1), (1, 2)]
     assert groups.read("t", {0: 0}, 4) == [], "without the end offsets a gap reads as the end"
     assert [r.offset for r in repos.messages.read_range("t", 0, 0, 10)] == [5, 6, 7]
+
+
+def test_seek_sets_offsets_back_and_forward_and_finds_offsets_by_time(repos: Repositories,
+                                                                        appender: Appender) -> None:
+    groups = repos.groups
+    topic, _ = repos.messages.ensure_topic("t", 3)
+    base = now_ms()
+    fill(appender, topic, {0: 3}, timestamp=base - 3000)
+    fill(appender, topic, {0: 2, 1: 2}, first_id=10, timestamp=base)
+    _join(groups, topic, "a", start="latest")
+    assert groups.committed("t", "g") == {0: 5, 1: 2, 2: 0}
+    groups.seek("t", "g", {0: 1, 2: 0})
+    assert groups.committed("t", "g") == {0: 1, 1: 2, 2: 0}, "a seek moves back; other partitions stay"
+    groups.seek("t", "g", {1: 0})
+    assert groups.commit("t", "g", {1: 1}) == 1, "commits go on from the sought offset"
+    assert groups.offsets_since("t", [0, 1, 2], base - 1) == {0: 3, 1: 0}, "a partition with none is left out"
+    assert groups.offsets_since("t", [0], base - 5000) == {0: 0}
+    assert groups.offsets_since("t", [0, 1], base + 1) == {}
+
+
+def test_options_are_kept_per_scope_and_go_with_their_subscriber(repos: Repositories) -> None:
+    groups = repos.groups
+    topic, _ = repos.messages.ensure_topic("t", 2)
+    _join(groups, topic, "a")
+    groups.put_options("t", "g", "", '{"filter": "msg.key==x"}')
+    groups.put_options("t", "g", "a", '{"format": "envelope"}')
+    groups.put_options("t", "g", "a", '{"format": "unwrapped"}')
+    assert groups.options("t", "g") == {"": '{"filter": "msg.key==x"}', "a": '{"format": "unwrapped"}'}
+    assert groups.options("t", "other") == {}
+    assert groups.remove("t", topic.partitions, "g", "a")
+    assert groups.options("t", "g") == {"": '{"filter": "msg.key==x"}'}, "a removed subscriber's options go"
+    _join(groups, topic, "b", lease_ms=-2 * HOUR_MS)
+    groups.put_options("t", "g", "b", "{}")
+    groups.purge(now_ms() - HOUR_MS)
+    assert groups.options("t", "g") == {"": '{"filter": "msg.key==x"}'}, "a purged subscriber's options go"
+    groups.put_options("t", "g", "", None)
+    assert groups.options("t", "g") == {}

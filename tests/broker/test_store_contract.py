@@ -122,3 +122,26 @@ def test_a_new_writer_continues_after_the_last_offset(store_url: str) -> None:
     finally:
         appender2.stop()
         store2.dispose()
+
+
+def test_text_and_bytes_that_bulk_load_formats_treat_specially_read_back_unchanged(store_url: str) -> None:
+    """PostgreSQL's writer loads rows with COPY, whose text format gives tab, newline, backslash and
+    ``\\N`` a meaning: a message made of them (and every byte value) must come back as it went in."""
+    tricky = "a\tb\nc\rd\\e\\N\\.'\"é😀"
+    body = bytes(range(256)) + b"\\N\t\n\\."
+    message = NewMessage(f"id\t{tricky}", f"key {tricky}", {f"h\t{tricky}": tricky, "empty": ""},
+                         "text/plain; charset=\"utf-8\"", body)
+    null_key = NewMessage("plain", None, {}, "application/octet-stream", b"")
+    store, appender = _open(store_url)
+    try:
+        topic, _ = store.ensure_topic("tricky", 1)
+        stored = appender.append(topic, [message, null_key])
+        rows = store.read_range("tricky", 0, 0, 10)
+        assert [(r.offset, r.id, r.key) for r in rows] == [(0, message.id, message.key), (1, "plain", None)]
+        assert bytes(rows[0].body) == body and bytes(rows[1].body) == b""
+        assert render_row(rows[0])["headers"] == message.headers
+        assert rows[0].content_type == message.content_type
+        assert [s.offset for s in stored] == [0, 1]
+    finally:
+        appender.stop()
+        store.dispose()

@@ -6,6 +6,7 @@ import json
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -166,11 +167,13 @@ class Publisher(threading.Thread):
     """A client publishing fixed ids in order, retrying each on any node until it is acknowledged."""
 
     def __init__(self, name: str, topic: str, urls: list[str], stop: threading.Event,
-                 max_messages: int = 10_000) -> None:
+                 max_messages: int = 10_000, headers: dict[str, str] | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.topic, self.urls, self.stop_event, self.max = topic, urls, stop, max_messages
+        self.headers = headers
         self.acked: list[tuple[str, float, float]] = []  # (id, attempt started, acked) in monotonic time
         self.errors: list[str] = []
+        self.statuses: Counter[int] = Counter()  # every HTTP answer's status
 
     def run(self) -> None:
         turn = 0
@@ -183,11 +186,12 @@ class Publisher(threading.Thread):
                 turn += 1
                 started = time.monotonic()
                 try:
-                    answer = publish(url, self.topic, msg_id, key=msg_id, timeout=3)
+                    answer = publish(url, self.topic, msg_id, key=msg_id, timeout=3, headers=self.headers)
                 except requests.RequestException as exc:
                     self.errors.append(type(exc).__name__)
                     time.sleep(0.05)
                     continue
+                self.statuses[answer.status_code] += 1
                 if answer.status_code in (200, 201):
                     self.acked.append((msg_id, started, time.monotonic()))
                     break

@@ -37,6 +37,7 @@ class Receiver:
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []   # every payload received, acked or not
         self.acked: list[dict[str, Any]] = []      # payloads answered 2xx
+        self.raw: list[tuple[dict[str, str], bytes]] = []  # every request's headers and body, as sent
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,9 +45,14 @@ class Receiver:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
-                payload = json.loads(self.rfile.read(length) or b"null")
+                data = self.rfile.read(length)
+                try:
+                    payload = json.loads(data or b"null")
+                except ValueError:  # an unwrapped or binary-mode push: the raw body
+                    payload = {"raw": data}
                 with receiver.lock:
                     receiver.requests.append(payload)
+                    receiver.raw.append(({k.lower(): v for k, v in self.headers.items()}, data))
                 status = receiver.respond(payload)
                 if 200 <= status < 300:
                     with receiver.lock:

@@ -1,38 +1,20 @@
-"""docker-compose.yml, run as local processes (no Docker engine on these machines)."""
+"""docker-compose.yml's settings, its nodes run as local processes (test_docker_cluster.py: on an engine)."""
 
 from __future__ import annotations
 
-import re
+import os
+import subprocess
 from pathlib import Path
-from typing import Any
 
+import pytest
 import requests
-import yaml
 
-from tests.support import ROOT, NodeProcess, free_port, wait_until
-
-TOKENS = "pub=publish,sub=consume,root=admin"
-
-
-def _compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-
-
-def _resolve(value: Any, env: dict[str, str]) -> str:
-    """Expand ``${NAME:?msg}`` and ``${NAME:-default}`` as compose does."""
-    def sub(match: re.Match[str]) -> str:
-        name, op, rest = match.group(1), match.group(2) or "", match.group(3) or ""
-        if name in env:
-            return env[name]
-        if op == ":-":
-            return rest
-        raise AssertionError(f"compose needs {name}: {rest}")
-
-    return re.sub(r"\$\{([A-Z_]+)(:[-?])?([^}]*)\}", sub, str(value))
+from tests.packaging.compose_cluster import TOKENS, compose_command, compose_file, resolve
+from tests.support import ROOT, NodeProcess, free_port, need_service, wait_until
 
 
 def test_compose_declares_the_cluster() -> None:
-    services = _compose()["services"]
+    services = compose_file()["services"]
     assert {"postgres", "toymb-1", "toymb-2", "toymb-3", "kafka", "activemq", "journal"} <= set(services)
     assert services["journal"]["command"][:2] == ["journal", "run"]
     routes = services["journal"]["command"][services["journal"]["command"].index("--routes") + 1]
@@ -46,11 +28,12 @@ def test_compose_declares_the_cluster() -> None:
 
 
 def test_compose_nodes_form_a_cluster_as_local_processes(tmp_path: Path, pg_url: str) -> None:
-    services = _compose()["services"]
+    services = compose_file()["services"]
     nodes: list[NodeProcess] = []
     try:
         for name in ("toymb-1", "toymb-2", "toymb-3"):
-            env = {k: _resolve(v, {"TOYMB_TOKENS": TOKENS, "TOYMB_CLUSTER_TOKEN": "cluster-secret"})
+            env = {k: resolve(v, {"TOYMB_TOKENS": TOKENS, "TOYMB_CLUSTER_TOKEN": "cluster-secret",
+                                   "TOYMB_PG_PASSWORD": "unused"})
                    for k, v in services[name]["environment"].items()}
             assert services[name]["command"] == ["serve"]
             port = free_port()
@@ -83,3 +66,17 @@ def test_compose_nodes_form_a_cluster_as_local_processes(tmp_path: Path, pg_url:
     finally:
         for node in nodes:
             node.stop()
+
+
+@pytest.mark.parametrize("secret", ["TOYMB_TOKENS", "TOYMB_CLUSTER_TOKEN", "TOYMB_PG_PASSWORD"])
+def test_compose_refuses_to_start_without_a_secret_and_names_it(secret: str) -> None:
+    try:
+        command = compose_command()
+    except AssertionError as exc:
+        need_service(False, f"docker compose ({exc})")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+    env |= {k: "x" for k in ("TOYMB_TOKENS", "TOYMB_CLUSTER_TOKEN", "TOYMB_PG_PASSWORD") if k != secret}
+    done = subprocess.run([*command, "-f", str(ROOT / "docker-compose.yml"), "config"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"set {secret}" in done.stderr, done.stderr

@@ -36,6 +36,7 @@ from urllib.parse import quote
 import pytest
 
 from broker.envelope import MAX_JSON_DEPTH
+from tests.console.bridges import management_server
 from tests.support import NodeProcess
 
 from .conftest import fuzz_node_env
@@ -212,7 +213,23 @@ def templates() -> dict[tuple[str, str], dict[str, Any]]:
         ("GET", "/v1/topics/{topic}/groups/{group}"): {"path": tg},
         ("POST", "/v1/topics/{topic}/groups/{group}/subscribers"): {
             "path": tg, "bodies": [{"mode": "pull", "id": PULL_ID, "start": "earliest"},
-                                   {"mode": "push", "id": PUSH_ID, "url": "http://127.0.0.1:9/hook"}]},
+                                   {"mode": "push", "id": PUSH_ID, "url": "http://127.0.0.1:9/hook"},
+                                   {"mode": "push", "id": "fz-opts", "url": "http://127.0.0.1:9/hook",
+                                    "format": "cloudevents", "new_secret": True, "secret_overlap_ms": 1000},
+                                   {"mode": "pull", "id": "fz-filter", "filter": "msg.header.h^=v && msg.key!=k",
+                                    "dead_letter": {"max_attempts": 3, "min_backoff_ms": 10,
+                                                    "max_backoff_ms": 100}}]},
+        ("POST", "/v1/topics/{topic}/groups/{group}/seek"): {
+            "path": tg, "bodies": [{"to": "earliest"}, {"timestamp": 1_700_000_000_000, "partitions": [0, 1]},
+                                   {"offsets": {"0": 0}}]},
+        ("POST", "/v1/topics/{topic}/groups/{group}/nack"): {
+            "path": tg, "bodies": [{"subscriber": PULL_ID, "messages": [{"partition": 0, "offset": 0}]}]},
+        ("POST", "/v1/topics/{topic}/groups/{group}/extend"): {
+            "path": tg, "bodies": [{"subscriber": PULL_ID, "messages": [{"partition": 0, "offset": 0}],
+                                    "extend_ms": 1000}]},
+        ("POST", "/v1/topics/{topic}/groups/{group}/subscribers/{sid}/secret"): {
+            "path": {"topic": TOPIC, "group": GROUP, "sid": PUSH_ID},
+            "bodies": [{"overlap_ms": 1000}, {"secret": "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"}]},
         ("DELETE", "/v1/topics/{topic}/groups/{group}/subscribers/{sid}"): {
             "path": {"topic": TOPIC, "group": "gd", "sid": DEL_ID}},
         ("POST", "/v1/subscribers/{sid}/heartbeat"): {"path": {"sid": PULL_ID}},
@@ -229,6 +246,7 @@ def templates() -> dict[tuple[str, str], dict[str, Any]]:
                                             "ip": "127.0.0.1", "port": 9}]},
         ("GET", "/poll/{sid}"): {"path": {"sid": COMPAT_ID}},
         ("POST", "/advertise"): {"bodies": [{"topicName": TOPIC, "partitions": 4}]},
+        ("POST", "/console/api/bridges/action"): {"bodies": [{"endpoint": "jms", "bridge": "b", "action": "pause"}]},
     }
 
 
@@ -535,10 +553,12 @@ def problems_of(request: Request, answer: Answer) -> list[str]:
 
 @pytest.fixture(scope="module")
 def hostile_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    env = fuzz_node_env(ADMIN, TOYMB_SUBSCRIBER_LEASE_MS="600000")
-    node = NodeProcess(tmp_path_factory.mktemp("hostile"), env=env).start()
-    yield node
-    node.stop()
+    # The console's bridge action relays to a configured management API: one is there for it.
+    with management_server("b") as (bridges_url, _):
+        env = fuzz_node_env(ADMIN, TOYMB_SUBSCRIBER_LEASE_MS="600000", TOYMB_CONSOLE_BRIDGES=f"jms={bridges_url}")
+        node = NodeProcess(tmp_path_factory.mktemp("hostile"), env=env).start()
+        yield node
+        node.stop()
 
 
 def call(node: NodeProcess, method: str, path: str, body: Any = None) -> Answer:

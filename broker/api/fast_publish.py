@@ -1,0 +1,103 @@
+"""The publish fast path: ``POST /v1/topics/<topic>/messages`` served in front of Flask.
+
+Publishing is the hot path of a broker, and Flask's per-request work (a request object, URL
+matching, context locals, hooks, a response object) cost more than the publish itself. This WSGI
+middleware serves a publish that this node can answer itself, with the same rules as Flask:
+
+- which route and role: the route table's own declaration of ``topics.publish``;
+- who may call: :meth:`broker.security.Authorizer.decide`, the rule Flask's guard applies;
+- what the body must be and how it is stored: :meth:`broker.publish.Publisher.publish`, the
+  handler's own call, with its limits and metrics;
+- how errors look: :func:`broker.api.answers.error_answer`, Flask's error handler's mapping.
+
+Everything else goes to Flask unchanged: other routes, a topic this node does not own (Flask
+forwards it to the owner), a body without a usable ``Content-Length`` or over the request limit,
+and a caller the authorizer refuses (Flask answers it, counts the failure and adds the challenge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from werkzeug.datastructures import EnvironHeaders
+
+from ..errors import BadRequest, BrokerError
+from ..security.authz import Need
+from . import parse_json
+from .answers import error_answer
+from .fast_json import answer_bytes
+
+if TYPE_CHECKING:
+    from ..node import Node
+    from ..security import Authorizer
+    from .routes import Routes
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+PREFIX = "/v1/topics/"
+SUFFIX = "/messages"
+PUBLISH_ENDPOINT = "topics.publish"
+_REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
+            413: "413 Payload Too Large", 422: "422 Unprocessable Entity", 500: "500 Internal Server Error",
+            503: "503 Service Unavailable"}
+
+
+class PublishFastPath:
+    """WSGI middleware: answers the publishes this node owns, hands every other request to ``app``."""
+
+    def __init__(self, app: WSGIApp, node: Node, authorizer: Authorizer, routes: Routes) -> None:
+        route = routes.match(PUBLISH_ENDPOINT, "POST")
+        if route is None:
+            raise LookupError(f"the route table has no {PUBLISH_ENDPOINT}")
+        self.app = app
+        self.node = node
+        self.authorizer = authorizer
+        self.role = route.role
+        self.legacy = route.legacy
+        self.max_request = node.settings.max_request
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        topic = self._own_topic(environ)
+        length = self._length(environ) if topic is not None else None
+        if topic is None or length is None:
+            return self.app(environ, start_response)
+        try:
+            self.authorizer.decide(Need(self.role, topic, self.legacy), EnvironHeaders(environ),
+                                   environ.get("REMOTE_ADDR"))
+        except BrokerError:
+            return self.app(environ, start_response)
+        try:
+            raw = environ["wsgi.input"].read(length)
+            if len(raw) != length:
+                raise BadRequest("the body ended before its Content-Length", code="bad_json")
+            status, answer = self.node.publisher.publish(topic, parse_json(raw))
+            headers: dict[str, str] = {}
+        except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
+            status, answer, headers = error_answer(exc, self.max_request)
+        body = answer_bytes(answer)
+        start_response(_REASONS.get(status, f"{status} Error"),
+                       [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                        *headers.items()])
+        return [body]
+
+    def _own_topic(self, environ: dict[str, Any]) -> str | None:
+        """The topic of a publish request for a topic this node owns now; None for anything else."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            return None
+        path: str = environ.get("PATH_INFO", "")
+        if not (path.startswith(PREFIX) and path.endswith(SUFFIX)) or environ.get("QUERY_STRING"):
+            return None
+        topic = path[len(PREFIX):-len(SUFFIX)]
+        if not topic or "/" in topic or not self.node.router.owns(topic):
+            return None
+        return topic
+
+    def _length(self, environ: dict[str, Any]) -> int | None:
+        """The body's Content-Length when it is plain and within the request limit; None otherwise."""
+        declared = environ.get("CONTENT_LENGTH", "")
+        if not declared.isdigit() or len(declared) > 18 or environ.get("HTTP_TRANSFER_ENCODING"):
+            return None
+        length = int(declared)
+        return length if 0 < length <= self.max_request else None

@@ -1,0 +1,102 @@
+"""Push bodies per subscriber format: the envelope batch, CloudEvents 1.0 (structured or binary), unwrapped.
+
+``envelope`` (the default) batches messages as ``{"subscriber_id", "topic", "group", "messages"}``.
+The other formats carry one message per request:
+
+- ``cloudevents``: a structured-mode event, ``application/cloudevents+json``;
+- ``cloudevents-binary``: the raw body with the message's content type, attributes in ``ce-*``
+  headers;
+- ``unwrapped``: the raw body with the message's content type, metadata in ``toymb-*`` headers.
+
+CloudEvents attributes: ``id`` the message id, ``source`` ``/toymb/topics/<topic>``, ``type``
+``toymb.message``, ``subject`` the key, ``time`` the timestamp, ``datacontenttype`` the content type,
+and the extensions ``toymbpartition``, ``toymboffset``, ``toymbgroup``, ``toymbattempt`` and
+``toymbheaders`` (the message headers as a JSON object in a string). Header values that are not
+printable ASCII are percent-encoded, as the CloudEvents HTTP binding says.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from ..envelope import MessageRow, decode_body, render_row
+
+CE_TYPE = "toymb.message"
+STRUCTURED_TYPE = "application/cloudevents+json; charset=utf-8"
+# Printable ASCII except '%' (and '"', which CloudEvents also escapes) stays as it is.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '%"')
+
+
+def header_value(value: str) -> str:
+    """``value`` made safe for an HTTP header: percent-encoded outside printable ASCII."""
+    return quote(value, safe=_HEADER_SAFE)
+
+
+def envelope_json(row: MessageRow, attempt: int) -> str:
+    """A message's JSON envelope with its ``delivery_attempt`` (counted from 1)."""
+    return json.dumps({**render_row(row), "delivery_attempt": attempt}, separators=(",", ":"), ensure_ascii=False)
+
+
+def fit_envelopes(rows: list[Any], wanted: set[tuple[int, int]], attempt: Callable[[Any], int],
+                  max_bytes: int) -> tuple[list[Any], list[str]]:
+    """A prefix of ``rows`` whose wanted messages' envelopes weigh at most ``max_bytes`` (at least
+    one), and those envelopes. Rows a filter left out weigh nothing: they are not sent."""
+    kept: list[Any] = []
+    envelopes: list[str] = []
+    total = 0
+    for row in rows:
+        if (row.partition, row.offset) in wanted:
+            text = envelope_json(row, attempt(row))
+            total += len(text)
+            if envelopes and total > max_bytes:
+                break
+            envelopes.append(text)
+        kept.append(row)
+    return kept, envelopes
+
+
+def _time(row: MessageRow) -> str:
+    return dt.datetime.fromtimestamp(row.timestamp / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _attributes(row: MessageRow, group: str, attempt: int) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"specversion": "1.0", "id": row.id, "source": f"/toymb/topics/{row.topic}",
+                             "type": CE_TYPE, "time": _time(row), "datacontenttype": row.content_type,
+                             "toymbpartition": str(row.partition), "toymboffset": str(row.offset),
+                             "toymbgroup": group, "toymbattempt": str(attempt), "toymbheaders": row.headers}
+    if row.key is not None:
+        attrs["subject"] = row.key
+    return attrs
+
+
+def single_body(fmt: str, row: MessageRow, subscriber_id: str, group: str,
+                attempt: int) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a one-message push in format ``fmt`` (not ``envelope``)."""
+    body = bytes(row.body)
+    if fmt == "cloudevents":
+        event = _attributes(row, group, attempt)
+        decoded = decode_body(row.content_type, body)
+        if "body" in decoded:  # a JSON value for JSON types, text for text types
+            event["data"] = decoded["body"]
+        else:
+            event["data_base64"] = base64.b64encode(body).decode("ascii")
+        text = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return text, {"Content-Type": STRUCTURED_TYPE}
+    if fmt == "cloudevents-binary":
+        attrs = _attributes(row, group, attempt)
+        headers = {"Content-Type": header_value(str(attrs.pop("datacontenttype")))}
+        headers.update({f"ce-{name}": header_value(str(value)) for name, value in attrs.items()})
+        return body, headers
+    return body, {  # unwrapped
+        "Content-Type": header_value(row.content_type), "toymb-id": header_value(row.id),
+        "toymb-topic": row.topic, "toymb-group": group, "toymb-partition": str(row.partition),
+        "toymb-offset": str(row.offset), "toymb-timestamp": str(row.timestamp),
+        "toymb-delivery-attempt": str(attempt), "toymb-subscriber-id": subscriber_id,
+        **({"toymb-key": header_value(row.key)} if row.key is not None else {}),
+        "toymb-headers": header_value(row.headers if isinstance(row.headers, str) else json.dumps(row.headers)),
+    }

@@ -1,0 +1,189 @@
+"""Named JMS connections and their settings, each with an effect: TLS (ActiveMQ's stomp+ssl connector,
+with a certificate made here), vhost and heart-beats (on the wire), and what is refused at startup."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from journal_spark.bridges.jms import build_sinks
+from journal_spark.bridges.telemetry import BridgeTelemetry
+from journal_spark.jms.config import jms_connections
+from journal_spark.jms.errors import JmsConfigError, JmsConnectionError
+from journal_spark.jms.stompclient import StompClient
+from journal_spark.routes import load_routes
+from tests.bridges_jms.conftest import PrivateActiveMQ, drain, send_all, unique, wait_stored, write_routes
+from tests.bridges_jms.test_ingress import make_ingress
+from tests.support import NodeProcess, wait_until
+
+PASSWORD = "toymb-test-secret"
+
+
+def make_certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (PEM) and its PKCS12 keystore for ActiveMQ."""
+    key, cert, p12 = folder / f"{name}.key", folder / f"{name}.pem", folder / f"{name}.p12"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkcs12", "-export", "-in", str(cert), "-inkey", str(key), "-out", str(p12),
+                    "-passout", f"pass:{PASSWORD}", "-name", "activemq"], check=True, capture_output=True)
+    return cert, p12
+
+
+@pytest.fixture(scope="module")
+def tls_activemq(activemq: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateActiveMQ, Path]]:
+    """A second ActiveMQ (private), with a stomp+ssl connector; yields it and its CA (the certificate)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, p12 = make_certificate(folder, "server")
+    broker = PrivateActiveMQ(folder / "state", keystore=p12, keystore_password=PASSWORD).start()
+    yield broker, cert
+    broker.stop()
+
+
+@pytest.mark.xdist_group("private-activemq")
+@pytest.mark.timeout(240)
+def test_two_servers_one_over_tls_in_one_routes_file(
+    tls_activemq: tuple[PrivateActiveMQ, Path], node: NodeProcess, tmp_path: Path
+) -> None:
+    amq_b, ca = tls_activemq
+    queue = unique("two")
+    routes = write_routes(tmp_path / "two.properties", [
+        f"bridge.id={unique('two')}",
+        "jms.stomp.port=61613",
+        "jms.connection.b.host=127.0.0.1", f"jms.connection.b.port={amq_b.ssl_port}",
+        "jms.connection.b.ssl=true", f"jms.connection.b.ssl.ca.file={ca}",
+        "routes.to-b.predicate=msg.header.server==b", f"routes.to-b.dest.jms.queue={queue}",
+        "routes.to-b.jms.connection=b",
+        "routes.to-a.predicate=msg.header.server==a", f"routes.to-a.dest.jms.queue={queue}",
+    ])
+    sinks = build_sinks(None, None, load_routes(routes), BridgeTelemetry("two"))
+    assert sorted(s.name for s in sinks) == ["jms", "jms.b"]
+    rows = [{"id": f"m{i}", "topic": "t", "partition": 0, "offset": i, "key": None, "timestamp": 0,
+             "content_type": "text/plain", "body": f"to {server}".encode(), "headers": {"server": server}}
+            for i, server in enumerate("ab")]
+    try:
+        assert [s.write_rows(rows, 0) for s in sinks] == [1, 1]
+    finally:
+        for sink in sinks:
+            sink.close()
+    assert [f.body for f in drain(f"/queue/{queue}", 1)] == [b"to a"]          # the shared server
+    over_tls = StompClient(f"stomp+ssl://127.0.0.1:{amq_b.ssl_port}", ssl_ca_file=str(ca)).connect()
+    try:
+        over_tls.subscribe(f"/queue/{queue}", "s", ack="auto")
+        frame = over_tls.receive(15)
+        assert frame is not None and frame.body == b"to b"
+        assert frame.headers["jmsbridge_DOT_origin"] == sinks[0].routes.bridge_id
+    finally:
+        over_tls.close()
+    # The JMS ingress over TLS too, from server B into the broker.
+    send_all(f"/queue/{queue}-in", [(b"from b", {"persistent": "true"})], url=f"stomp://127.0.0.1:{amq_b.stomp_port}")
+    bridge = make_ingress(tmp_path, node.url, f"jms.queue={queue}-in", "from-b", max_batch_time="100",
+                          extra=("jms.connection.b.port=" + str(amq_b.ssl_port), "jms.connection.b.ssl=true",
+                                 f"jms.connection.b.ssl.ca.file={ca}"), **{"jms.connection": "b"})
+    bridge.start()
+    try:
+        (message,) = wait_stored(node, "from-b", 1)
+    finally:
+        bridge.stop()
+    assert message["headers"]["jmsbridge.path"] == "in-1@jms:b"
+
+
+@pytest.mark.xdist_group("private-activemq")
+@pytest.mark.timeout(120)
+def test_tls_refuses_a_server_the_ca_does_not_sign(tls_activemq: tuple[PrivateActiveMQ, Path],
+                                                   tmp_path: Path) -> None:
+    amq_b, _ca = tls_activemq
+    other_ca, _ = make_certificate(tmp_path, "stranger")
+    with pytest.raises(JmsConnectionError, match="TLS"):
+        StompClient(f"stomp+ssl://127.0.0.1:{amq_b.ssl_port}", ssl_ca_file=str(other_ca), timeout=5).connect()
+
+
+class FakeStompServer:
+    """Records the CONNECT frame, answers CONNECTED (with the heart-beat it was asked for), then is
+    silent: a peer that hangs without closing the socket."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connect_frame = b""
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.server.accept()
+        self.conns.append(conn)
+        data = b""
+        while b"\x00" not in data:
+            data += conn.recv(4096)
+        self.connect_frame = data
+        beat = next((line.split(b":", 1)[1] for line in data.split(b"\n") if line.startswith(b"heart-beat:")),
+                    b"0,0")
+        conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:" + beat + b"\n\n\x00")
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.server.close()
+
+
+@pytest.mark.timeout(60)
+def test_vhost_and_heartbeats_go_on_the_wire_and_a_silent_server_is_a_lost_connection() -> None:
+    fake = FakeStompServer()
+    try:
+        client = StompClient(f"stomp://127.0.0.1:{fake.port}", vhost="broker-a", heartbeat_ms=300).connect()
+        lines = fake.connect_frame.split(b"\n")
+        assert b"host:broker-a" in lines and b"heart-beat:300,300" in lines
+        began = time.monotonic()
+        with pytest.raises(JmsConnectionError, match=f"connection to stomp://127.0.0.1:{fake.port} lost"):
+            while time.monotonic() - began < 20:
+                client.receive(0.2)
+        # The heart-beat watchdog is what noticed (the socket itself stayed open); its note may land
+        # just after the disconnect the receive saw.
+        wait_until(lambda: client.error == "heart-beat timeout", timeout=5, what="the heart-beat timeout noted")
+        client.close()
+    finally:
+        fake.close()
+    quiet = FakeStompServer()             # no heart-beats asked: silence is not a failure
+    try:
+        client = StompClient(f"stomp://127.0.0.1:{quiet.port}").connect()
+        lines = quiet.connect_frame.split(b"\n")
+        assert not [line for line in lines if line.startswith(b"heart-beat:") and line != b"heart-beat:0,0"]
+        assert b"host:127.0.0.1" in lines
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            assert client.receive(0.2) is None
+        client.close()
+    finally:
+        quiet.close()
+
+
+@pytest.mark.parametrize(("lines", "message"), [
+    (["jms.connection.b.hostname=x"], "unknown JMS connection key 'jms.connection.b.hostname'"),
+    (["jms.connection.default.host=x"], "the connection 'default' is the jms.stomp.* one"),
+    (["jms.stomp.heartbeat.ms=5"], "heartbeat.ms must be 0"),
+    (["jms.connection.b.port=99999"], "must be a TCP port"),
+    (["jms.stomp.ssl.ca.file=/nonexistent.pem", "jms.stomp.ssl=true"], "cannot be read"),
+    (["jms.stomp.ssl.ca.file=/etc/hostname"], "ssl is not true"),
+    (["jms.stomp.ssl=maybe"], "must be true or false"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.jms.queue=q", "routes.r.jms.connection=nowhere"],
+     "names the JMS connection 'nowhere', which is not defined"),
+    (["routes.r.predicate=msg.address==a", "routes.r.dest.jms.queue=q", "jms.egress.management.port=x"],
+     "management.port must be a TCP port"),
+])
+def test_connection_settings_are_refused_at_startup(tmp_path: Path, lines: list[str], message: str) -> None:
+    routes = load_routes(write_routes(tmp_path / "bad.properties", ["bridge.id=x", *lines]))
+    with pytest.raises(JmsConfigError, match=message):
+        jms_connections(routes.settings)
+        build_sinks(None, None, routes, BridgeTelemetry("x"))
+
+
+def test_an_ingress_naming_an_undefined_connection_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JmsConfigError, match="JMS ingress i: no JMS connection named 'nowhere'"):
+        make_ingress(tmp_path, "http://127.0.0.1:1", "jms.queue=q", "t", **{"jms.connection": "nowhere"})
+
