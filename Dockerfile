@@ -55,12 +55,24 @@ COPY --from=build /src /src
 RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
  && /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
+# The journal table's Delta Lake jars, fetched from Maven Central by the project's own script;
+# Maven and its JDK stay in this stage.
+FROM runtime AS delta-jars
+USER root
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends maven bash \
+ && rm -rf /var/lib/apt/lists/*
+COPY services/lib.sh services/spark.sh /src/services/
+RUN TOYMB_SERVICES_DIR=/opt/toymb-services bash /src/services/spark.sh install \
+ && mv /opt/toymb-services/spark/delta-* /opt/delta-jars
+
 # The journal: Java for Spark, the same virtualenv with the journal extras.
 FROM runtime AS journal
 USER root
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends default-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-journal /opt/toymb /opt/toymb
+COPY --from=delta-jars /opt/delta-jars /opt/delta-jars
+ENV TOYMB_DELTA_JARS=/opt/delta-jars
 ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data PYSPARK_PYTHON=/opt/toymb/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/toymb/bin/python PYTHONDONTWRITEBYTECODE=1
 USER toymb

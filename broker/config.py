@@ -166,6 +166,8 @@ class Settings:
     journal_max_rows: int = _field(200000, _pos, "most rows in one journal micro-batch")
     journal_trigger_ms: int = _field(1000, _pos, "journal micro-batch interval")
     journal_metrics_port: int = _field(9464, _port, "port of the journal's /metrics (0: off)")
+    journal_lease_ms: int = _field(10000, _pos, "lease period of the active journal process; a standby "
+                                   "takes over once it expires")
     console_refresh_ms: int = _field(2000, _at_least(500), "how often the console page refreshes (at least 500)")
     console_bridges: tuple[str, ...] = _field(
         (), _list, "NAME=URL of bridge management APIs the console shows and may pause/resume, comma-separated "

@@ -21,3 +21,7 @@ class UnsharedStore(JournalError):
 
 class ReplayError(JournalError):
     """The journal could not be read or the target broker refused the messages."""
+
+
+class PortInUse(JournalError):
+    """The journal's /metrics port is taken (by a second journal process on the same machine, say)."""

@@ -22,7 +22,8 @@ from broker.config import Settings
 from broker.store import MEMORY_SCHEME, JournalRepository, Store
 from broker.store.journal import JournalStore
 
-from .errors import JavaMissing, JournalFailed, UnsharedStore
+from .errors import JavaMissing, JournalFailed, PortInUse, UnsharedStore
+from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
 from .schema import with_header_map
@@ -102,10 +103,14 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.sql.streaming.stopTimeout", "10s")
                .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
-    if master.startswith("local"):
+    builder = with_delta(builder)
+    if master.startswith("local") or _on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, and no warning about it
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
+    if not master.startswith("local"):
+        # Executors must fit the workers (services/spark.sh gives each 768 MiB); Spark asks 1 GiB.
+        builder = builder.config("spark.executor.memory", os.environ.get("TOYMB_SPARK_EXECUTOR_MEMORY", "512m"))
     logging.getLogger("py4j").setLevel(logging.WARNING)   # one INFO line per callback otherwise
     # Spark's Python workers need this interpreter (pyarrow, the toymb packages), not python3, and
     # in local mode they import the installed pyspark rather than compile its source zip each time.
@@ -120,6 +125,30 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     return spark
 
 
+def _on_loopback(master: str) -> bool:
+    """A ``spark://`` master on this machine's loopback (services/spark.sh's cluster)."""
+    match = re.match(r"spark://([^:/]+)", master)
+    return match is not None and match.group(1) in ("127.0.0.1", "localhost")
+
+
+def with_delta(builder: Any) -> Any:
+    """``builder`` with Delta Lake's jars and SQL extension, tuned for small, frequent commits."""
+    from .delta_jars import delta_jars
+    from .table import STATS_COLUMNS
+
+    return (builder.config("spark.jars", ",".join(delta_jars()))
+            .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+            # Per-batch cost: rebuilding the table's state ran 50 tasks (the default partitions)
+            # each time the log is read; the journal's log is small, one or two suffice.
+            .config("spark.databricks.delta.snapshotPartitions", "2")
+            .config("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", STATS_COLUMNS)
+            .config("spark.databricks.delta.properties.defaults.checkpointInterval", "50")
+            .config("spark.databricks.delta.stalenessLimit", "0")
+            # Per-batch cost: the optional .crc file after each commit; no reader needs it.
+            .config("spark.databricks.delta.writeChecksumFile.enabled", "false"))
+
+
 def _quiet(spark: Any, logger: str) -> None:
     try:
         jvm = spark.sparkContext._jvm
@@ -129,18 +158,18 @@ def _quiet(spark: Any, logger: str) -> None:
         log.debug("cannot quiet %s", logger)
 
 
-def build_sinks(settings: Settings, spark: Any, store: JournalRepository | None, metrics: JournalMetrics) -> list[Sink]:
-    """The Parquet journal, then the bridge sinks a routes file asks for."""
-    from .parquet import ParquetSink
+def build_sinks(settings: Settings, spark: Any, store: JournalRepository | None, metrics: JournalMetrics,
+                epoch: Callable[[], int] = lambda: 0) -> list[Sink]:
+    """The Delta journal table, then the bridge sinks a routes file asks for."""
+    from .table import DeltaSink
 
     def on_batch(rows: int, _batch_id: int, replayed: bool) -> None:
         metrics.rows.inc(rows)
         if replayed:
-            metrics.batches.labels("parquet", "skipped_rerun").inc()
+            metrics.batches.labels(DeltaSink.name, "skipped_rerun").inc()
 
-    checkpoints = Path(settings.effective_checkpoint_dir)
-    sinks: list[Sink] = [ParquetSink(settings.effective_journal_dir, checkpoints / "parquet.sink", store,
-                                     on_batch=on_batch)]
+    sinks: list[Sink] = [DeltaSink(settings.effective_journal_dir, settings.effective_checkpoint_dir, store,
+                                   epoch=epoch, on_batch=on_batch)]
     if settings.routes:
         # Bridges (Kafka, JMS) live in journal_spark.bridges; their telemetry joins our registry.
         # A build without that module accepts a routes file and ignores it (journal only).
@@ -192,6 +221,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     Raises:
         UnsharedStore: the store is ``memory://``, which the journal's processes cannot see.
         JavaMissing: no Java runtime.
+        PortInUse: the /metrics port is taken.
         JournalFailed: a query died; its error is in the message.
     """
     check_store(settings.effective_database_url)
@@ -201,7 +231,13 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     store.dispose()
     journal = JournalStore(settings.effective_database_url, pooled=False)
     metrics = JournalMetrics(journal)
-    port = metrics.serve(settings.host, settings.journal_metrics_port)
+    try:
+        port = metrics.serve(settings.host, settings.journal_metrics_port)
+    except OSError as exc:
+        journal.dispose()
+        raise PortInUse(f"cannot serve the journal's /metrics on {settings.host}:{settings.journal_metrics_port}: "
+                        f"{exc.strerror}; a second journal process on this machine (a standby) needs a "
+                        "--metrics-port of its own, or 0") from None
     if port:
         log.info("journal metrics on http://%s:%d/metrics", settings.host, port)
     stopping = stop or threading.Event()
@@ -215,10 +251,17 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     from pyspark.errors import StreamingQueryException
 
+    lease = JournalLease(settings.effective_database_url, settings.journal_lease_ms)
+    # A standby starts Spark before it has the lease: taking over then costs no JVM start.
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
+    held = False
     try:
-        sinks = build_sinks(settings, spark, journal, metrics)
+        if not lease.wait_acquire(stopping):
+            return 0
+        held = True
+        lease.keep(lambda: _halt_now(spark, "lost the journal lease"), stopping)
+        sinks = build_sinks(settings, spark, journal, metrics, epoch=lambda: lease.epoch)
         for sink in sinks:
             queries.append(start_query(spark, settings, sink, metrics, once=once))
         log.info("journaling %s into %s (checkpoints %s, %s)", store.dialect, settings.effective_journal_dir,
@@ -256,6 +299,9 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         return 0
     finally:
         _shutdown(queries, spark)
+        if held:
+            lease.release()
+        lease.dispose()
         metrics.close()
         journal.dispose()
         for sig, handler in previous.items():
@@ -264,9 +310,13 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
 
 
 # Spark-internal failures that say nothing about the data or the sinks: a Python worker that a
-# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait.
+# loaded machine started too slowly for the JVM's fixed 10 s connect-back wait; and a fenced
+# former leader that woke up and wrote the next entry of the shared offset log before it noticed
+# (it stops itself; the query restarts from the checkpoint, which is exactly once).
 TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
-                          "Timed out while waiting for the Python worker to connect back")
+                          "Timed out while waiting for the Python worker to connect back",
+                          "Concurrent update to the log",
+                          "Multiple streaming jobs detected")
 MAX_TRANSIENT_RESTARTS = 8
 
 
@@ -274,6 +324,22 @@ def _spark_transient(error: Any) -> str | None:
     """The transient failure ``error`` (a query's exception) reports, or None if it is a real one."""
     text = str(error)
     return next((known for known in TRANSIENT_SPARK_ERRORS if known in text), None)
+
+
+def _halt_now(spark: Any, why: str) -> None:
+    """Stop this process and its JVM at once, mid-batch or not: another process owns the journal now.
+
+    A graceful stop would finish the current batch, which is what must not happen. Every sink is
+    exactly once whatever point a stop interrupts, as for a SIGKILL.
+    """
+    log.error("%s: stopping at once", why)
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    if proc is not None:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(75)   # EX_TEMPFAIL: a supervisor may start it again, as a standby
 
 
 def _shutdown(queries: list[Any], spark: Any) -> None:

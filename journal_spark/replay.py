@@ -4,9 +4,14 @@ Messages keep their ids, keys, headers, content types, bodies (byte for byte, as
 and timestamps. A broker stores nothing for an id the topic already holds, so replaying into the
 same topic, or replaying twice, is harmless.
 
-Order: the journal's files are named ``part-<run>-<batch>-<n>``, and batches cover increasing
-offsets of every partition, so reading batch after batch and sorting each batch by (partition,
-offset) republishes every partition in its original order. Memory is bounded by one batch.
+The journal is a Delta table, read here without Spark (delta-rs, the ``deltalake`` package), so
+replay sees exactly the committed batches, optionally the table *as of* a past time (Delta's time
+travel: what was committed then, before later compactions or deletes).
+
+Order: day after day (the table's ``date`` partitions), and within a day by (partition, offset),
+so every partition is republished in its original order as long as its timestamps do not go back
+across midnight. Memory is bounded by one topic-day, or one topic-partition-day when a day holds
+more than ``DAY_ROWS`` rows.
 """
 
 from __future__ import annotations
@@ -16,13 +21,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 from tqdm import tqdm
 
 from driver import Template
@@ -32,6 +36,7 @@ from .errors import ReplayError
 
 COLUMNS = ["id", "partition", "offset", "key", "headers", "timestamp", "content_type", "body"]
 RETRIES = 5
+DAY_ROWS = 200_000
 
 
 @dataclass
@@ -45,44 +50,71 @@ def _date(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d")
 
 
-def journal_files(journal_dir: str | Path, topic: str, from_ts: int | None = None,
-                  to_ts: int | None = None) -> list[Path]:
-    """The topic's Parquet files whose date folder can hold rows in [from_ts, to_ts), in batch order."""
-    root = Path(journal_dir) / f"topic={topic}"
-    if not root.is_dir():
-        return []
+def parse_as_of(text: str) -> dt.datetime:
+    """``--as-of``: ms since the epoch, or an ISO 8601 time (UTC unless it says otherwise)."""
+    try:
+        if text.isdigit():
+            return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
+        moment = dt.datetime.fromisoformat(text)
+    except (ValueError, OverflowError) as exc:
+        raise ReplayError(f"--as-of {text!r} is neither ms since the epoch nor an ISO 8601 time") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def open_table(journal_dir: str | Path, as_of: dt.datetime | None = None) -> Any:
+    """The journal's Delta table (as of ``as_of``), or :class:`ReplayError` saying why not."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    try:
+        table = DeltaTable(str(journal_dir))
+        if as_of is not None:
+            # delta-rs loads the first version for any earlier time; the table did not exist then.
+            first = min((int(c["timestamp"]) for c in table.history() if "timestamp" in c), default=None)
+            if first is not None and as_of.timestamp() * 1000 < first:
+                raise ReplayError(f"the journal {journal_dir} holds nothing as of {as_of.isoformat()}: "
+                                  f"its first commit is {dt.datetime.fromtimestamp(first / 1000, dt.UTC).isoformat()}")
+            table.load_as_version(as_of)
+    except TableNotFoundError:
+        raise ReplayError(f"{journal_dir} holds no journal table") from None
+    except DeltaError as exc:
+        raise ReplayError(f"cannot read the journal {journal_dir}"
+                          f"{f' as of {as_of.isoformat()}' if as_of else ''}: {exc}") from None
+    return table
+
+
+def topic_days(table: Any, topic: str, from_ts: int | None, to_ts: int | None) -> dict[str, int]:
+    """Rows per ``date`` partition of ``topic`` that can hold rows in [from_ts, to_ts), from the table's log."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    days: dict[str, int] = {}
     low = _date(from_ts) if from_ts is not None else None
     high = _date(to_ts) if to_ts is not None else None
-    files: list[Path] = []
-    for folder in root.glob("date=*"):
-        day = folder.name.split("=", 1)[1]
-        if (low is not None and day < low) or (high is not None and day > high):
+    for t, day, rows in zip(actions["partition.topic"].to_pylist(), actions["partition.date"].to_pylist(),
+                            actions["num_records"].to_pylist(), strict=True):
+        if t != topic or (low is not None and day < low) or (high is not None and day > high):
             continue
-        files.extend(folder.glob("part-*.parquet"))
-    return sorted(files, key=lambda f: (f.name, f.parent.name))
+        days[day] = days.get(day, 0) + int(rows or 0)
+    return dict(sorted(days.items()))
 
 
-def _batch_key(path: Path) -> str:
-    # part-<run>-<batch>-<n>.parquet -> "<run>-<batch>"
-    return path.name.rsplit("-", 1)[0]
-
-
-def read_batches(files: list[Path], from_ts: int | None, to_ts: int | None) -> Iterator[tuple[pa.Table, int]]:
-    """Per journal batch: its rows in the time range sorted by (partition, offset), and the rows scanned."""
-    for _key, group in groupby(files, key=_batch_key):
-        tables, scanned = [], 0
-        for path in group:
-            table = pq.read_table(path, columns=COLUMNS)
-            scanned += table.num_rows
-            mask = None
-            if from_ts is not None:
-                mask = pc.greater_equal(table["timestamp"], from_ts)
-            if to_ts is not None:
-                upper = pc.less(table["timestamp"], to_ts)
-                mask = upper if mask is None else pc.and_(mask, upper)
-            tables.append(table if mask is None else table.filter(mask))
-        merged = pa.concat_tables(tables).sort_by([("partition", "ascending"), ("offset", "ascending")])
-        yield merged, scanned
+def read_days(table: Any, topic: str, days: dict[str, int], from_ts: int | None,
+              to_ts: int | None) -> Iterator[tuple[pa.Table, int]]:
+    """Per day (or partition-day): its rows in the time range sorted by (partition, offset), and rows scanned."""
+    dataset = table.to_pyarrow_dataset()
+    for day, rows in days.items():
+        where = (ds.field("topic") == topic) & (ds.field("date") == day)
+        if from_ts is not None:
+            where &= ds.field("timestamp") >= from_ts
+        if to_ts is not None:
+            where &= ds.field("timestamp") < to_ts
+        if rows <= DAY_ROWS:
+            chunk = dataset.to_table(columns=COLUMNS, filter=where)
+            yield chunk.sort_by([("partition", "ascending"), ("offset", "ascending")]), rows
+            continue
+        partitions = pc.unique(dataset.to_table(columns=["partition"], filter=where)["partition"]).to_pylist()
+        for n, partition in enumerate(sorted(partitions)):
+            chunk = dataset.to_table(columns=COLUMNS, filter=where & (ds.field("partition") == partition))
+            yield chunk.sort_by([("offset", "ascending")]), rows if n == len(partitions) - 1 else 0
 
 
 def to_messages(table: pa.Table) -> list[dict[str, Any]]:
@@ -134,26 +166,28 @@ class Publisher:
 
 
 def replay(journal_dir: str | Path, topic: str, to_url: str, *, to_topic: str | None = None,
-           from_ts: int | None = None, to_ts: int | None = None, batch: int = 500,
-           token: str | None = None, progress: bool | None = None) -> ReplayResult:
-    """Republish ``topic``'s journaled messages with ``from_ts <= timestamp < to_ts`` to ``to_url``.
+           from_ts: int | None = None, to_ts: int | None = None, as_of: dt.datetime | None = None,
+           batch: int = 500, token: str | None = None, progress: bool | None = None) -> ReplayResult:
+    """Republish ``topic``'s journaled messages with ``from_ts <= timestamp < to_ts`` to ``to_url``,
+    from the table as it was at ``as_of`` (default: now).
 
     Raises:
-        ReplayError: the journal has no such topic, or the broker refused the messages.
+        ReplayError: the journal has no such topic (then), or the broker refused the messages.
     """
-    files = journal_files(journal_dir, topic, from_ts, to_ts)
-    if not files and not (Path(journal_dir) / f"topic={topic}").is_dir():
-        raise ReplayError(f"the journal {journal_dir} holds no topic {topic!r}")
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    table = open_table(journal_dir, as_of)
+    days = topic_days(table, topic, from_ts, to_ts)
+    if not days and not topic_days(table, topic, None, None):
+        raise ReplayError(f"the journal {journal_dir} holds no topic {topic!r}"
+                          f"{f' as of {as_of.isoformat()}' if as_of else ''}")
     show = sys.stderr.isatty() if progress is None else progress
     result = ReplayResult()
     publisher = Publisher(to_url, to_topic or topic, token)
     try:
-        with tqdm(total=total, unit="msg", disable=not show, desc=f"replay {topic}") as bar:
-            for table, scanned in read_batches(files, from_ts, to_ts):
-                result.read += table.num_rows
-                for start in range(0, table.num_rows, batch):
-                    stored, dups = publisher.send(to_messages(table.slice(start, batch)))
+        with tqdm(total=sum(days.values()), unit="msg", disable=not show, desc=f"replay {topic}") as bar:
+            for chunk, scanned in read_days(table, topic, days, from_ts, to_ts):
+                result.read += chunk.num_rows
+                for start in range(0, chunk.num_rows, batch):
+                    stored, dups = publisher.send(to_messages(chunk.slice(start, batch)))
                     result.stored += stored
                     result.duplicates += dups
                 bar.update(scanned)

@@ -74,5 +74,6 @@ def with_header_map(df: Any) -> Any:
     """``df`` (of ``SOURCE_SCHEMA``) with ``headers`` parsed into a map, giving ``SPARK_SCHEMA``."""
     from pyspark.sql import functions as F
 
-    return df.withColumn("headers", F.coalesce(F.from_json(F.col("headers"), HEADERS_TYPE),
+    # As DDL text: PySpark 4.2's stubs type from_json's schema without MapType, which it accepts.
+    return df.withColumn("headers", F.coalesce(F.from_json(F.col("headers"), HEADERS_TYPE.simpleString()),
                                                F.create_map().cast(HEADERS_TYPE)))

@@ -16,6 +16,7 @@ import pytest
 from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.store.sql import Store
+from tests.bridges_kafka.conftest import kafka, names  # noqa: F401 - fixtures of the takeover test
 from tests.support import stored_messages
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -69,13 +70,15 @@ def store_rows(store: Store) -> dict[str, dict[str, Any]]:
 
 
 def journal_rows(journal_dir: Path) -> list[dict[str, Any]]:
-    """Every row of the Parquet journal (topic and date come from the folder names)."""
-    import pyarrow.dataset as ds
+    """Every row of the Delta journal table, read without Spark (delta-rs, the ``deltalake`` package)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    if not any(journal_dir.glob("topic=*")):
-        return []
-    table = ds.dataset(str(journal_dir), format="parquet", partitioning="hive").to_table()
-    rows: list[dict[str, Any]] = table.to_pylist()
+    try:
+        table = DeltaTable(str(journal_dir))
+    except TableNotFoundError:
+        return []   # no commit yet
+    rows: list[dict[str, Any]] = table.to_pyarrow_table().to_pylist()
     for row in rows:
         row["headers"] = dict(row["headers"] or [])
     return rows

@@ -1,5 +1,5 @@
 """The Must-be-true crash test: SIGKILL the real journal job mid-batch, restart, and find every
-message exactly once in Parquet."""
+message exactly once in the Delta table (read without Spark)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from broker.store.sql import Store
 from journal_spark.metrics import journal_lag
 from journal_spark.source import read_end_offsets
 from tests.journal.conftest import assert_journal_matches, fill_store
+from tests.journal.jobs import PrivateSparkCluster
 from tests.support import free_port, wait_progressing, wait_until
 
 pytestmark = pytest.mark.slow
@@ -26,6 +27,14 @@ pytestmark = pytest.mark.slow
 
 def _numbers(folder: Path) -> list[int]:
     return [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.is_dir() else []
+
+
+def _data_files(table: Path) -> int:
+    return sum(1 for _ in table.glob("topic=*/date=*/*.parquet"))
+
+
+def _log_entries(table: Path) -> list[str]:
+    return sorted(p.name for p in (table / "_delta_log").glob("*.json")) if table.is_dir() else []
 
 
 # A journal job that neither logs nor plans a batch for this long is stuck, not slow.
@@ -70,23 +79,38 @@ class JournalJob:
 # 8 JVM starts may take long without stalling.
 @pytest.mark.timeout(1800)
 def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> None:
+    _crash_run(tmp_path, "local[*]")
+
+
+@pytest.mark.timeout(2400)
+def test_sigkill_of_driver_and_worker_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """The same on a Spark standalone cluster (services/spark.sh): the driver is SIGKILLed mid-batch,
+    and so is one executor's worker (its executor and Python workers with it)."""
+    cluster = PrivateSparkCluster(tmp_path / "services")
+    cluster.run("start")
+    try:
+        _crash_run(tmp_path, cluster.master, cluster)
+    finally:
+        cluster.run("stop")
+
+
+def _crash_run(tmp_path: Path, master: str, cluster: PrivateSparkCluster | None = None) -> None:
     data = tmp_path / "data"
     data.mkdir()
     store = fill_store(f"sqlite:///{data / 'toymb.db'}", {"orders": (8, 15000), "audit": (3, 5000)})
     assert store.count_messages() == 20000
-    checkpoint = data / "checkpoints" / "parquet"
-    pending = data / "checkpoints" / "parquet.sink" / "pending"
-    staging = data / "journal" / "_staging"
+    checkpoint = data / "checkpoints" / "table"
+    table = data / "journal"
     seed = int(os.environ.get("TOYMB_TEST_SEED", time.time()))
     rng = random.Random(seed)
-    mid_batch_kills, attempts = 0, 0
+    mid_batch_kills, attempts, worker_kills = 0, 0, 0
     where: list[tuple[str, int, int, int]] = []
     port = free_port()
     scraped = ""
     while mid_batch_kills < 3:
         attempts += 1
         assert attempts <= 8, f"could not kill mid-batch 3 times (seed {seed}, kills at {where})"
-        job = JournalJob(data, port)
+        job = JournalJob(data, port, "--master", master)
         try:
             def in_flight(at_least: int = 0) -> bool:
                 assert job.alive(), (data / "journal-job.log").read_text()[-3000:]  # noqa: B023
@@ -101,27 +125,40 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
                              stall=STALL_S, interval=0.02, what=f"batch {target} in flight")
             if not scraped:
                 scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-            mode = rng.choice(["random", "staging", "pending"])
-            if mode == "random":
+            mode = rng.choice(["random", "files-written", "committing"])
+            if cluster is not None and attempts == 2:
+                # One executor's worker dies mid-batch: Spark runs its tasks again on the other one.
+                time.sleep(rng.uniform(0, 0.5))
+                cluster.run("kill-worker", "1")
+                worker_kills += 1
+                wait_progressing(lambda: in_flight(target + 1), lambda: _progress(data, checkpoint),  # noqa: B023
+                                 stall=STALL_S, interval=0.02, what="a batch after the worker's death")
+                cluster.run("start-worker", "1")
+                mode = "after a worker's death"
+            elif mode == "random":
                 time.sleep(rng.uniform(0, 1.0))
-            elif mode == "staging":
-                wait_until(lambda: any(staging.iterdir()) or not in_flight(), timeout=30, interval=0.005,
-                           what="a staged batch")
+            elif mode == "files-written":
+                # Data files of the batch are on disk, its commit is not in the table's log yet.
+                files = _data_files(table)
+                wait_until(lambda: _data_files(table) != files or not in_flight(), timeout=30,  # noqa: B023
+                           interval=0.005, what="a batch's data files")
                 time.sleep(rng.uniform(0, 0.3))
             else:
+                # Between the table's commit and Spark's: the re-run must be skipped by Delta's txn marks.
+                commits = _log_entries(table)
                 deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not any(pending.glob("*.json")) and in_flight():
-                    time.sleep(0.003)  # a tight poll: the pending file lives for milliseconds
+                while time.monotonic() < deadline and _log_entries(table) == commits and in_flight():
+                    time.sleep(0.003)
         finally:
             job.kill()
         planned, done = _numbers(checkpoint / "offsets"), _numbers(checkpoint / "commits")
         if planned and max(planned) > max(done, default=-1):
             mid_batch_kills += 1
-            where.append((mode, max(planned), len(list(staging.iterdir())),
-                          len(list(pending.glob("*.json")))))
+            where.append((mode, max(planned), len(_log_entries(table)), _data_files(table)))
     assert "toymb_journal_lag_total" in scraped
 
-    final = JournalJob(data, port, "--once", "--max-rows", "20000")
+    assert worker_kills == (0 if cluster is None else 1)
+    final = JournalJob(data, port, "--once", "--max-rows", "20000", "--master", master)
     try:
         final.proc.wait(timeout=300)
     finally:
@@ -133,6 +170,5 @@ def test_sigkill_mid_batch_leaves_every_message_exactly_once(tmp_path: Path) -> 
     ends = read_end_offsets(journal)
     assert journal.journaled_offsets() == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
     assert journal_lag(journal) == {"audit": 0, "orders": 0}
-    assert not any(pending.glob("*.json")) and not any(staging.iterdir())
     print(f"seed {seed}: killed mid-batch at {where}")
     Store.dispose(store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,9 @@ from typing import Any
 import pytest
 
 from broker.store.journal import JournalStore
-from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
 from journal_spark.source import read_end_offsets
+from journal_spark.table import DeltaSink
 from tests.journal.conftest import assert_journal_matches, fill_store
 
 
@@ -23,10 +24,10 @@ def test_journal_over_a_database_server(spark: Any, request: pytest.FixtureReque
     url: str = request.getfixturevalue(server)
     store = fill_store(url, {"orders": (5, 2500), "audit": (2, 500)})
     journal = JournalStore(url, pooled=False)
-    sink = ParquetSink(tmp_path / "journal", tmp_path / "ck" / "parquet.sink", journal)
+    sink = DeltaSink(tmp_path / "journal", tmp_path / "ck", journal)
     query = (spark.readStream.format("toymb").option("url", url).option("max_rows", "1000").load()
              .transform(with_header_map).writeStream
-             .option("checkpointLocation", str(tmp_path / "ck" / "parquet"))
+             .option("checkpointLocation", str(tmp_path / "ck" / DeltaSink.name))
              .foreachBatch(sink.write_batch).trigger(availableNow=True).start())
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None, query.exception()
@@ -46,3 +47,17 @@ def test_journal_run_says_java_is_missing(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "needs Java 17 or newer" in done.stderr and "JAVA_HOME" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_second_journal_on_a_taken_metrics_port_says_so(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        env.update({"TOYMB_DATA_DIR": str(tmp_path), "TOYMB_JOURNAL_METRICS_PORT": str(port)})
+        done = subprocess.run([sys.executable, "-m", "broker", "journal", "run", "--once"], env=env,
+                              cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"cannot serve the journal's /metrics on 127.0.0.1:{port}" in done.stderr, done.stderr
+    assert "--metrics-port of its own" in done.stderr and "Traceback" not in done.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,9 @@ import pytest
 from broker.store.journal import JournalStore
 from journal_spark.errors import JavaMissing
 from journal_spark.job import check_java
-from journal_spark.parquet import ParquetSink
 from journal_spark.schema import with_header_map
 from journal_spark.source import advance, plan_ranges, read_end_offsets, read_ranges
+from journal_spark.table import DeltaSink, Fenced
 from tests.journal.conftest import assert_journal_matches, fill_store, journal_rows
 
 
@@ -107,55 +106,101 @@ def _batch_frame(spark: Any, url: str) -> Any:
     return with_header_map(spark.createDataFrame(table))
 
 
-def _listing(journal: Path) -> dict[str, int]:
-    return {str(p.relative_to(journal)): p.stat().st_mtime_ns for p in journal.rglob("*.parquet")}
+def _versions(journal: Path) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(journal)).version())
+
+
+def _offset_log(checkpoints: Path, batch_id: int, url: str) -> None:
+    """What Spark writes before running a batch: its end offsets, in the query's offset log."""
+    ends = read_end_offsets(JournalStore(url, pooled=False))
+    folder = checkpoints / DeltaSink.name / "offsets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / str(batch_id)).write_text("v1\n{}\n" + json.dumps(ends))
 
 
 def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
     store = fill_store(url, {"orders": (3, 1200), "audit": (2, 300)})
     frame = _batch_frame(spark, url)
-    journal = tmp_path / "journal"
-    sink = ParquetSink(journal, tmp_path / "ck" / "parquet.sink", JournalStore.of(store))
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    _offset_log(checkpoints, 0, url)
+    (journal / "_delta_log").mkdir(parents=True)   # a first attempt that died before its commit
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
     sink.write_batch(frame, 0)
-    first = _listing(journal)
-    assert first and all(name.startswith(("topic=orders/date=", "topic=audit/date=")) for name in first)
-    # Spark re-runs batch 0 after a crash that hit after our commit: nothing changes on disk.
-    ParquetSink(journal, tmp_path / "ck" / "parquet.sink", JournalStore.of(store)).write_batch(frame, 0)
-    assert _listing(journal) == first
+    first = _versions(journal)
+    assert {p.name for p in journal.glob("topic=*")} == {"topic=orders", "topic=audit"}
+    # Spark re-runs batch 0 after a crash that hit after the commit: the table does not change.
+    DeltaSink(journal, checkpoints, JournalStore.of(store)).write_batch(frame, 0)
+    assert _versions(journal) == first
     assert_journal_matches(journal, store)
     ends = read_end_offsets(JournalStore.of(store))
     assert JournalStore.of(store).journaled_offsets() == {(t, p): n for t, parts in ends.items()
                                                           for p, n in enumerate(parts) if n}
 
 
-def test_a_batch_interrupted_while_publishing_is_redone_once(spark: Any, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fenced_writer_cannot_commit(spark: Any, tmp_path: Path) -> None:
+    """A paused former leader (lower lease epoch) wakes up: its batch is refused, atomically."""
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
-    store = fill_store(url, {"orders": (3, 900), "audit": (2, 300), "logs": (1, 120)})
+    store = fill_store(url, {"orders": (2, 400)})
     frame = _batch_frame(spark, url)
-    journal, state = tmp_path / "journal", tmp_path / "ck" / "parquet.sink"
-    real_replace = os.replace
-    moved: list[str] = []
-
-    def crash_after_two_moves(src: Any, dst: Any) -> None:
-        if str(dst).endswith(".parquet") and len(moved) == 2:
-            raise KeyboardInterrupt("simulated crash in the middle of the renames")
-        real_replace(src, dst)
-        moved.append(str(dst))
-
-    monkeypatch.setattr(os, "replace", crash_after_two_moves)
-    with pytest.raises(KeyboardInterrupt):
-        ParquetSink(journal, state, JournalStore.of(store)).write_batch(frame, 5)
-    monkeypatch.setattr(os, "replace", real_replace)
-    partial = journal_rows(journal)
-    assert 0 < len(partial) < 1320, "the crash should leave a partly published batch"
-    assert list((state / "pending").glob("*.json")) and not list((state / "commits").glob("*.json"))
-    assert JournalStore.of(store).journaled_offsets() == {}, "offsets are recorded only after the commit"
-
-    ParquetSink(journal, state, JournalStore.of(store)).write_batch(frame, 5)   # Spark's re-run of batch 5
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in (3, 4):
+        _offset_log(checkpoints, batch, url)
+    DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2).write_batch(frame, 3)
+    before = _versions(journal)
+    with pytest.raises(Fenced, match="epoch 2"):
+        DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1).write_batch(frame, 4)
+    assert _versions(journal) == before
     assert_journal_matches(journal, store)
-    assert not list((state / "pending").glob("*.json"))
-    manifest = json.loads(next((state / "commits").glob("*.json")).read_text())
-    assert manifest["rows"] == 1320
-    assert not any((journal / "_staging").iterdir())
+
+
+def test_the_table_is_readable_without_spark_while_a_batch_is_uncommitted(spark: Any, tmp_path: Path) -> None:
+    """A batch's data files written but not committed (a crash before the log entry) are not seen."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (2, 500)})
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    _offset_log(checkpoints, 0, url)
+    DeltaSink(journal, checkpoints, JournalStore.of(store)).write_batch(frame, 0)
+    # A crashed attempt's files: plain Parquet beside the committed ones, named in no commit.
+    frame.write.mode("append").parquet(str(journal / "topic=orders" / "date=2099-01-01"))
+    assert_journal_matches(journal, store)
+
+
+def test_compaction_and_retention_keep_the_batches_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """Delta's DELETE (old days), OPTIMIZE and VACUUM, while the idempotence marks survive."""
+    import random
+
+    from broker.appender import Appender
+    from broker.store.sql import Store
+    from journal_spark.maintenance import compact
+    from tests.journal.conftest import sample_message
+
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = Store(url)
+    store.create_schema()
+    appender = Appender(store)
+    appender.start()
+    topic, _ = store.ensure_topic("orders", 2)
+    rng = random.Random(3)
+    appender.append(topic, [sample_message(i, rng, timestamp=1_600_000_000_000 + i) for i in range(300)])
+    appender.append(topic, [sample_message(300 + i, rng) for i in range(200)])
+    appender.stop()
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in range(3):
+        _offset_log(checkpoints, batch, url)
+        DeltaSink(journal, checkpoints, JournalStore.of(store)).write_batch(frame.where(f"offset % 3 = {batch}"),
+                                                                         batch)
+    done = compact(journal, keep_days=30, vacuum_hours=0)
+    assert done.deleted_rows == 300
+    assert done.files_removed > done.files_added >= 1
+    assert done.vacuumed >= done.files_removed
+    rows = journal_rows(journal)
+    assert sorted(r["id"] for r in rows) == [f"id-{i:06d}" for i in range(300, 500)]
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
+    version = _versions(journal)
+    sink.write_batch(frame, 2)   # a re-run of the last batch is still recognised
+    assert _versions(journal) == version

@@ -1,0 +1,84 @@
+"""The journal lease in the store: one holder at a time, a higher epoch at every change of holder,
+no renewal for a holder whose lease was taken; and ``--as-of`` parsing. No Spark here."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from journal_spark.errors import ReplayError
+from journal_spark.lease import JournalLease
+from journal_spark.replay import parse_as_of
+
+
+@pytest.fixture(params=["sqlite", "pg_url", "mariadb_url"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'toymb.db'}"
+    found: str = request.getfixturevalue(request.param)
+    return found
+
+
+def test_one_holder_and_a_new_epoch_at_each_takeover(url: str) -> None:
+    first, second = JournalLease(url, 300, name=f"t-{time.time_ns()}"), None
+    try:
+        second = JournalLease(url, 300, name=first.name)
+        assert first.try_acquire() and first.epoch >= 1
+        assert not second.try_acquire(), "a live lease has one holder"
+        assert first.renew()
+        time.sleep(0.4)                      # first is paused past its expiry
+        assert second.try_acquire() and second.epoch == first.epoch + 1
+        assert not first.renew(), "a holder whose lease was taken cannot renew it"
+        assert not first.try_acquire(), "nor take it back while the new holder's lease lives"
+        second.release()
+        assert first.try_acquire() and first.epoch == second.epoch + 1, "a released lease is free at once"
+    finally:
+        first.dispose()
+        if second is not None:
+            second.dispose()
+
+
+def test_a_standby_waits_and_a_lost_lease_is_reported_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    holder, standby = JournalLease(url, 600), JournalLease(url, 600)
+    stop = threading.Event()
+    lost: list[float] = []
+    try:
+        assert holder.try_acquire()
+        keeper = holder.keep(lambda: lost.append(time.monotonic()), stop)
+        waiting = threading.Thread(target=standby.wait_acquire, args=(stop,), daemon=True)
+        waiting.start()
+        time.sleep(1.5)                      # well past a period: the renewals keep it
+        assert standby.epoch == 0 and not lost
+        standby.try_acquire()                # still held
+        assert standby.epoch == 0
+        # The holder stops renewing (paused); the standby takes over, and the holder learns it.
+        stop.set()
+        keeper.join(5)
+        waiting.join(5)
+        stop.clear()
+        assert standby.wait_acquire(threading.Event()) and standby.epoch == 2
+        holder.keep(lambda: lost.append(time.monotonic()), stop)   # it wakes up
+        deadline = time.monotonic() + 10
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(lost) == 1
+    finally:
+        stop.set()
+        holder.dispose()
+        standby.dispose()
+
+
+@pytest.mark.parametrize("text", ["soon", "2026-13-01", "-5", "99999999999999999999999"])
+def test_as_of_refuses_what_is_not_a_time(text: str) -> None:
+    with pytest.raises(ReplayError, match="--as-of"):
+        parse_as_of(text)
+
+
+def test_as_of_reads_iso_times_and_epoch_ms() -> None:
+    assert parse_as_of("1700000000000").timestamp() == 1_700_000_000
+    assert parse_as_of("2023-11-14T22:13:20").timestamp() == 1_700_000_000    # UTC unless it says so
+    assert parse_as_of("2023-11-14T23:13:20+01:00").timestamp() == 1_700_000_000

@@ -1,0 +1,184 @@
+"""Standby takeover: two journal processes share the lease in the store; the active one is
+SIGKILLed three times while 20,000 messages go to the table and to Kafka; a paused former leader
+that wakes up cannot commit."""
+
+from __future__ import annotations
+
+import random
+import signal
+import statistics
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.appender import Appender
+from broker.envelope import NewMessage
+from broker.store.sql import Store
+from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
+from tests.journal.conftest import assert_journal_matches, fill_store, sample_message
+from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
+from tests.support import wait_progressing, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+LEASE_MS = 5000
+TOTAL = 20_000
+PARTITIONS = 4
+KILLS = 3
+STALL_S = 240   # a journal that neither logs nor commits for this long is stuck, not slow
+
+
+def _progress(workdir: Path) -> tuple[int, ...]:
+    logs = sorted(workdir.glob("journal-*.log"))
+    return (*[p.stat().st_size for p in logs], len(list((workdir / "journal" / "_delta_log").glob("*.json")))
+            if (workdir / "journal" / "_delta_log").is_dir() else 0)
+
+
+def _publish_in_phases(url: str, phases: list[threading.Event], stop: threading.Event) -> threading.Thread:
+    """Append TOTAL messages to "orders" (and some to an unrouted topic) in ``len(phases)`` equal
+    parts, part k once ``phases[k]`` is set: so there is work before and after every kill."""
+    def run() -> None:
+        store = Store(url)
+        appender = Appender(store)
+        appender.start()
+        try:
+            topic, _ = store.ensure_topic("orders", PARTITIONS)
+            noise, _ = store.ensure_topic("noise", 1)
+            per_phase = TOTAL // len(phases)
+            for k, go in enumerate(phases):
+                while not go.wait(0.2):
+                    if stop.is_set():
+                        return
+                for start in range(k * per_phase, (k + 1) * per_phase, 250):
+                    batch = [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
+                                        "text/plain", f"order {i}".encode()) for i in range(start, start + 250)]
+                    appender.append(topic, batch)
+                    appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])
+                    if stop.wait(0.25):
+                        return
+        finally:
+            appender.stop()
+            store.dispose()
+
+    thread = threading.Thread(target=run, name="publisher", daemon=True)
+    thread.start()
+    return thread
+
+
+def _standing_by(job: Journal) -> bool:
+    """The process's latest start got as far as the lease (its Spark session is up): waiting, or holding it."""
+    latest = job.log_path.read_text(errors="replace").rsplit("===== start", 1)[-1]
+    return "standing by" in latest or "took the journal lease" in latest
+
+
+def _active(jobs: dict[str, Journal], url: str) -> tuple[Journal, int] | None:
+    held = lease_holder(url)
+    if held is None:
+        return None
+    job = next((j for j in jobs.values() if j.alive() and j.pid == held[0]), None)
+    return None if job is None else (job, held[1])
+
+
+@pytest.mark.usefixtures("kafka")
+def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, names: Any) -> None:
+    dest = names("takeover")
+    create_topics(dest, partitions=PARTITIONS)
+    routes = routes_file(tmp_path, f"bridge.id={dest}\nroutes.o.predicate=msg.address==orders\n"
+                                   f"routes.o.dest.topic={dest}\n")
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    Store(url).create_schema()
+    jobs = {n: Journal(tmp_path, n, url, "--routes", str(routes), "--max-rows", "3000", "--master", "local[2]",
+                       lease_ms=LEASE_MS).start() for n in ("a", "b")}
+    stop = threading.Event()
+    phases = [threading.Event() for _ in range(KILLS + 1)]
+    phases[0].set()
+    publisher = _publish_in_phases(url, phases, stop)
+    rng = random.Random(20)
+    took: list[float] = []      # SIGKILL -> the standby holds the lease
+    resumed: list[float] = []   # SIGKILL -> its first commit to the table
+    try:
+        for kill in range(KILLS):
+            def working() -> bool:
+                assert all(j.alive() for j in jobs.values()), "\n".join(j.log_tail() for j in jobs.values())
+                found = _active(jobs, url)
+                return found is not None and table_epoch(tmp_path) == found[1]
+
+            wait_progressing(working, lambda: _progress(tmp_path), stall=STALL_S, interval=0.1,
+                             what="the active journal committing")
+            time.sleep(rng.uniform(0, 2.0))
+            found = _active(jobs, url)
+            assert found is not None
+            leader, epoch = found
+            killed_at = time.monotonic()
+            leader.kill()
+            phases[kill + 1].set()   # more messages for the new leader
+            wait_until(lambda: (lease_holder(url) or (0, 0))[1] > epoch, timeout=STALL_S,  # noqa: B023
+                       interval=0.05, what="the standby taking the lease")
+            took.append(time.monotonic() - killed_at)
+            wait_progressing(lambda: table_epoch(tmp_path) > epoch, lambda: _progress(tmp_path),  # noqa: B023
+                             stall=STALL_S, interval=0.1, what="the new leader committing")
+            resumed.append(time.monotonic() - killed_at)
+            leader.start()   # back as the standby; the next kill waits until it stands by
+            wait_progressing(lambda: _standing_by(leader), lambda: _progress(tmp_path),  # noqa: B023
+                             stall=STALL_S, interval=0.2, what="the restarted process standing by")
+        publisher.join(300)
+        assert not publisher.is_alive()
+        store = Store(url)
+        wait_progressing(lambda: table_rows(tmp_path) >= store.count_messages(), lambda: _progress(tmp_path),
+                         stall=STALL_S, interval=0.5, what="the table to hold every message")
+        records = consume_all(dest, expect=TOTAL, timeout_s=300)
+    finally:
+        stop.set()
+        for job in jobs.values():
+            if job.alive():
+                job.stop()
+    assert_journal_matches(tmp_path / "journal", store)
+    counts = Counter(r.key().decode() for r in records)
+    duplicates = [k for k, n in counts.items() if n > 1]
+    assert not duplicates, f"{len(records) - len(counts)} duplicates in Kafka, e.g. {duplicates[:5]}"
+    assert set(counts) == {f"m-{i:05d}" for i in range(TOTAL)}
+    period = LEASE_MS / 1000
+    print(f"takeover (SIGKILL -> lease taken), s: {[round(t, 2) for t in took]}; mean {statistics.mean(took):.2f}, "
+          f"max {max(took):.2f} = {max(took) / period:.2f} lease periods of {period:.0f} s; "
+          f"to the first commit: mean {statistics.mean(resumed):.2f}, max {max(resumed):.2f} "
+          f"= {max(resumed) / period:.2f} periods")
+    store.dispose()
+
+
+def test_a_paused_former_leader_cannot_commit(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (4, 3000)})
+    old = Journal(tmp_path, "old", url, "--max-rows", "500", "--master", "local[1]", lease_ms=3000).start()
+    new = Journal(tmp_path, "new", url, "--max-rows", "500", "--master", "local[1]", lease_ms=3000)
+    try:
+        wait_progressing(lambda: table_epoch(tmp_path) == 1, lambda: _progress(tmp_path), stall=STALL_S,
+                         interval=0.1, what="the first leader committing")
+        old.signal(signal.SIGSTOP)   # a long GC pause, a frozen VM: its lease expires meanwhile
+        new.start()
+        wait_progressing(lambda: table_epoch(tmp_path) == 2, lambda: _progress(tmp_path), stall=STALL_S,
+                         interval=0.1, what="the standby taking over and committing")
+        appender = Appender(store)
+        appender.start()
+        topic, _ = store.ensure_topic("orders", 4)
+        appender.append(topic, [sample_message(10_000 + i, random.Random(i)) for i in range(2000)])
+        appender.stop()
+        old.signal(signal.SIGCONT)
+        assert old.proc is not None
+        code = old.proc.wait(STALL_S)
+        assert code != 0, old.log_tail()
+        assert "lost the journal lease" in old.log_tail(400) or "took over" in old.log_tail(400), old.log_tail()
+        wait_progressing(lambda: table_rows(tmp_path) >= 5000, lambda: _progress(tmp_path), stall=STALL_S,
+                         interval=0.5, what="the new leader journaling everything")
+        assert new.alive(), new.log_tail()
+    finally:
+        old.signal(signal.SIGCONT)
+        old.kill()
+        if new.alive():
+            new.stop()
+    assert table_epoch(tmp_path) == 2
+    assert_journal_matches(tmp_path / "journal", store)
+    store.dispose()
