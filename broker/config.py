@@ -24,7 +24,9 @@ from .errors import ConfigError
 CLIENT_ENV = {"TOYMB_URLS", "TOYMB_TOKEN", "TOYMB_CONSUMER_PORT", "TOYMB_CONSUMER_HOST", "TOYMB_ADVERTISE_URL",
               "TOYMB_APP_NAME", "TOYMB_INSTANCE", "TOYMB_PUSH_PATH", "TOYMB_BRIDGE_URL", "TOYMB_BRIDGE_PORT",
               "TOYMB_INGRESS_METRICS_PORT"}
-CLIENT_ENV_PREFIXES = ("TOYMB_TEST_", "TOYMB_BENCH_", "TOYMB_SERVICES_", "TOYMB_KAFKA_", "TOYMB_SPARK_")
+# Read by other programs of the project, never by a node: tests, benchmarks, services/ scripts, and
+# the journal's jar lookup (TOYMB_DELTA_JARS, TOYMB_DELTA_VERSION; journal_spark/delta_jars.py).
+CLIENT_ENV_PREFIXES = ("TOYMB_TEST_", "TOYMB_BENCH_", "TOYMB_SERVICES_", "TOYMB_KAFKA_", "TOYMB_SPARK_", "TOYMB_DELTA_")
 
 
 def _bool(text: str) -> bool:

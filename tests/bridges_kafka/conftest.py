@@ -138,3 +138,12 @@ def routes_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / f"routes-{uuid.uuid4().hex[:6]}.properties"
     path.write_text(f"kafka.bootstrap.servers={BOOTSTRAP}\n" + text)
     return path
+
+
+def append_orders(appender: Any, orders: Any, noise: Any, start: int, count: int) -> None:
+    """Append orders ``m-<start>`` .. (routed: key ``c-<i % 97>``, a JMS type) and one unrouted noise message."""
+    from broker.envelope import NewMessage
+
+    appender.append(orders, [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
+                                        "text/plain", f"order {i}".encode()) for i in range(start, start + count)])
+    appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])

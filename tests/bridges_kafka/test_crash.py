@@ -14,9 +14,8 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from broker.appender import Appender
-from broker.envelope import NewMessage
 from broker.store.sql import Store
-from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics, kafka_retry, routes_file
+from tests.bridges_kafka.conftest import BOOTSTRAP, append_orders, consume_all, create_topics, kafka_retry, routes_file
 from tests.bridges_kafka.jobproc import JournalProcess
 
 # The timeout only stops a hung run: the crash test starts four JVMs, and took 545 s in a CI run
@@ -52,10 +51,7 @@ def _publish_stream(url: str, stop: threading.Event) -> threading.Thread:
             topic, _ = store.ensure_topic("orders", PARTITIONS)
             noise, _ = store.ensure_topic("noise", 1)
             for start in range(0, TOTAL, 500):
-                batch = [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
-                                    "text/plain", f"order {i}".encode()) for i in range(start, start + 500)]
-                appender.append(topic, batch)
-                appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])
+                append_orders(appender, topic, noise, start, 500)
                 if stop.wait(0.75):
                     return
         finally:

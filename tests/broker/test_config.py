@@ -67,3 +67,12 @@ def test_serve_with_a_bad_setting_exits_with_a_message_not_a_traceback(tmp_path:
 def test_a_mariadb_or_postgresql_url_is_accepted_and_opened_with_the_installed_driver(given: str, opened: str) -> None:
     settings = load(env={"TOYMB_DATABASE_URL": given})
     assert normalize_url(settings.effective_database_url) == opened
+
+
+def test_the_journal_images_jar_variables_do_not_stop_a_node_or_the_journal() -> None:
+    """The journal's Docker image sets TOYMB_DELTA_JARS; the settings of the same process must accept it
+    (CI: the journal container restarted on "unknown environment variable TOYMB_DELTA_JARS")."""
+    from broker.config import load
+
+    settings = load(env={"TOYMB_DELTA_JARS": "/opt/delta-jars", "TOYMB_DELTA_VERSION": "4.4.0", "TOYMB_PORT": "8181"})
+    assert settings.port == 8181

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from broker.appender import Appender
-from broker.envelope import NewMessage
 from broker.store.sql import Store
-from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
+from tests.bridges_kafka.conftest import append_orders, consume_all, create_topics, routes_file
 from tests.journal.conftest import assert_journal_matches, fill_store, sample_message
 from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
 from tests.support import wait_progressing, wait_until
@@ -54,10 +53,7 @@ def _publish_in_phases(url: str, phases: list[threading.Event], stop: threading.
                     if stop.is_set():
                         return
                 for start in range(k * per_phase, (k + 1) * per_phase, 250):
-                    batch = [NewMessage(f"m-{i:05d}", f"c-{i % 97}", {"n": str(i), "jms.JMSType": "order"},
-                                        "text/plain", f"order {i}".encode()) for i in range(start, start + 250)]
-                    appender.append(topic, batch)
-                    appender.append(noise, [NewMessage(f"x-{start}", None, {}, "text/plain", b"not routed")])
+                    append_orders(appender, topic, noise, start, 250)
                     if stop.wait(0.25):
                         return
         finally:
