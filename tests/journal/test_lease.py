@@ -22,14 +22,19 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return found
 
 
+LEASE_MS = 3000
+
+
 def test_one_holder_and_a_new_epoch_at_each_takeover(url: str) -> None:
-    first, second = JournalLease(url, 300, name=f"t-{time.time_ns()}"), None
+    # A lease long enough that the checks made while it lives cannot outlast it on a loaded machine
+    # (300 ms did, once, on MariaDB in CI: the old holder then rightly took an expired lease back).
+    first, second = JournalLease(url, LEASE_MS, name=f"t-{time.time_ns()}"), None
     try:
-        second = JournalLease(url, 300, name=first.name)
+        second = JournalLease(url, LEASE_MS, name=first.name)
         assert first.try_acquire() and first.epoch >= 1
         assert not second.try_acquire(), "a live lease has one holder"
         assert first.renew()
-        time.sleep(0.4)                      # first is paused past its expiry
+        time.sleep(LEASE_MS / 1000 + 0.2)    # first is paused past its expiry
         assert second.try_acquire() and second.epoch == first.epoch + 1
         assert not first.renew(), "a holder whose lease was taken cannot renew it"
         assert not first.try_acquire(), "nor take it back while the new holder's lease lives"
