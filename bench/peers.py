@@ -115,7 +115,22 @@ def stomp_send_concurrent(count: int, size: int, connections: int, *, receipt_ea
     elapsed = time.perf_counter() - started
     for conn, _ in conns:
         conn.disconnect()
+    drain_stomp_queue(queue)
     return per * connections / elapsed
+
+
+def drain_stomp_queue(queue: str) -> None:
+    """Consume what a bench left in ``queue``: persistent messages nobody reads fill ActiveMQ's
+    heap run after run (it ran out of memory, and later benches saw no receipts)."""
+    from journal_spark.jms.stompclient import StompClient
+
+    client = StompClient(STOMP).connect()
+    try:
+        client.subscribe(queue, "drain", ack="auto", headers={"activemq.prefetchSize": "1000"})
+        while client.receive(1.0) is not None:
+            pass
+    finally:
+        client.close()
 
 
 def nats_publish_concurrent(count: int, size: int, publishers: int, in_flight: int = 1) -> float | None:
