@@ -307,7 +307,7 @@ def render(topic: str, partition: int, offset: int, msg_id: str, key: str | None
         "partition": partition,
         "offset": offset,
         "key": key,
-        "headers": json.loads(headers) if isinstance(headers, str) else headers,
+        "headers": ({} if headers == "{}" else json.loads(headers)) if isinstance(headers, str) else headers,
         "timestamp": timestamp,
         "content_type": content_type,
         **decode_body(content_type, body),

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+
 from ..envelope import MessageRow, decode_body, render_row
 
 CE_TYPE = "toymb.message"
@@ -38,8 +40,17 @@ def header_value(value: str) -> str:
 
 
 def envelope_json(row: MessageRow, attempt: int) -> str:
-    """A message's JSON envelope with its ``delivery_attempt`` (counted from 1)."""
-    return json.dumps({**render_row(row), "delivery_attempt": attempt}, separators=(",", ":"), ensure_ascii=False)
+    """A message's JSON envelope with its ``delivery_attempt`` (counted from 1).
+
+    Written by orjson (a tenth of the standard library's cost; this runs for every pushed
+    message); an envelope orjson refuses (an integer beyond 64 bits in a JSON body) is written
+    by the standard library, as before.
+    """
+    envelope = {**render_row(row), "delivery_attempt": attempt}
+    try:
+        return orjson.dumps(envelope).decode("utf-8")
+    except TypeError:
+        return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
 
 
 def fit_envelopes(rows: list[Any], wanted: set[tuple[int, int]], attempt: Callable[[Any], int],

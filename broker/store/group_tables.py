@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..envelope import MessageRow
 
@@ -78,6 +78,33 @@ class SizedRow(Positioned, Protocol):
 
     @property
     def size(self) -> int: ...
+
+
+class StoredRow(NamedTuple):
+    """A stored message as every backend reads it, with the attributes of :class:`~broker.envelope.MessageRow`.
+
+    A plain tuple, not a database driver's row: a push reads each message's attributes several
+    times, and a tuple's cost a fraction of a SQLAlchemy row's. The fields are the columns of
+    ``toymb_messages`` in table order.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    id: str
+    key: str | None
+    headers: str
+    content_type: str
+    body: bytes
+    timestamp: int
+
+
+class StoredSize(NamedTuple):
+    """Where a message is and the bytes it stores (:meth:`GroupTables.sizes`)."""
+
+    partition: int
+    offset: int
+    size: int
 
 
 class GroupTables(Protocol):

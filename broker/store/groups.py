@@ -264,9 +264,12 @@ class GroupStore:
         for row in rows:
             got[row.partition] = got.get(row.partition, 0) + 1
         budget = limit - len(rows)
-        if budget > 0:  # a second pass gives the unused budget to partitions that filled their share
-            more = {p: (starts[p] + share, budget) for p, n in got.items() if n == share}
-            rows.extend(fetch(topic, more))
+        full = [p for p, n in got.items() if n == share]
+        if budget > 0 and full:
+            # A second pass shares the unused budget among the partitions that filled their share
+            # (rounded up, so at most len(full) rows more than the limit are read and trimmed).
+            extra = -(-budget // len(full))
+            rows.extend(fetch(topic, {p: (starts[p] + share, extra) for p in full}))
         gaps = {p: s for p, s in starts.items() if p not in got and ends is not None and s < ends.get(p, 0)}
         if gaps:
             # Retention deleted the rows at the start: read on from the first row still stored.

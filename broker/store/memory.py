@@ -20,24 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..envelope import MessageRow
-from .group_tables import Subscriber
+from .group_tables import StoredRow, Subscriber
 from .sql import GivenId, Topic, TopicClaim
 
 SCHEME = "memory://"
-
-
-class MemoryRow(NamedTuple):
-    """A stored message, with the attributes of :class:`~broker.envelope.MessageRow`."""
-
-    topic: str
-    partition: int
-    offset: int
-    id: str
-    key: str | None
-    headers: str
-    content_type: str
-    body: bytes
-    timestamp: int
 
 
 class MemoryNode(NamedTuple):
@@ -49,7 +35,7 @@ class MemoryNode(NamedTuple):
     started_ms: int
 
 
-def _offset(row: MemoryRow) -> int:
+def _offset(row: StoredRow) -> int:
     return row.offset
 
 
@@ -60,7 +46,7 @@ class MemoryData:
     topics: dict[str, Topic] = field(default_factory=dict)
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     # Per (topic, partition), in offset order; retention may leave gaps.
-    rows: dict[tuple[str, int], list[MemoryRow]] = field(default_factory=dict)
+    rows: dict[tuple[str, int], list[StoredRow]] = field(default_factory=dict)
     ids: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     subscribers: dict[str, Subscriber] = field(default_factory=dict)
     # Per (topic, group): partition -> subscriber id, and partition -> next offset.
@@ -73,7 +59,7 @@ class MemoryData:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def rows_between(self, topic: str, partition: int, start: int, end: int | None = None,
-                     limit: int | None = None) -> list[MemoryRow]:
+                     limit: int | None = None) -> list[StoredRow]:
         """The rows of ``topic``/``partition`` with ``start <= offset < end``, at most ``limit``."""
         rows = self.rows.get((topic, partition), [])
         low = bisect_left(rows, start, key=_offset)
@@ -93,7 +79,7 @@ class MemoryAppendTx:
     def __init__(self, data: MemoryData) -> None:
         self._data = data
         self._claims: dict[str, Topic] = {}
-        self._rows: list[MemoryRow] = []
+        self._rows: list[StoredRow] = []
         self._ends: dict[tuple[str, int], int] = {}
         self._given_ids: list[GivenId] = []
 
@@ -121,7 +107,7 @@ class MemoryAppendTx:
     def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
               given_ids: list[GivenId]) -> None:
         # The column order of Store.row: topic, partition, offset, id, key, headers, type, body, ts.
-        self._rows.extend(MemoryRow(*row) for row in rows)
+        self._rows.extend(StoredRow(*row) for row in rows)
         self._ends.update(ends)
         self._given_ids.extend(given_ids)
 

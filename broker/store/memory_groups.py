@@ -9,21 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NamedTuple
 
-from .group_tables import Plan, Subscriber, Windows
-from .memory import MemoryData, MemoryRow, MemoryStore
-
-
-class MemorySize(NamedTuple):
-    """Where a message is and the bytes it stores (:meth:`MemoryGroupTables.sizes`)."""
-
-    partition: int
-    offset: int
-    size: int
+from .group_tables import Plan, StoredRow, StoredSize, Subscriber, Windows
+from .memory import MemoryData, MemoryStore
 
 
-def _size(row: MemoryRow) -> int:
+def _size(row: StoredRow) -> int:
     # As SQL's length(): characters of text columns, bytes of the body.
     return len(row.body) + len(row.headers) + len(row.id) + len(row.key or "") + len(row.content_type)
 
@@ -206,13 +197,13 @@ class MemoryGroupTables:
 
     # -- message windows ----------------------------------------------------------------------
 
-    def rows(self, topic: str, windows: Windows) -> list[MemoryRow]:
+    def rows(self, topic: str, windows: Windows) -> list[StoredRow]:
         with self._data.lock:
             return [row for p, (start, count) in windows.items()
                     for row in self._data.rows_between(topic, p, start, start + count)]
 
-    def sizes(self, topic: str, windows: Windows) -> list[MemorySize]:
-        return [MemorySize(row.partition, row.offset, _size(row)) for row in self.rows(topic, windows)]
+    def sizes(self, topic: str, windows: Windows) -> list[StoredSize]:
+        return [StoredSize(row.partition, row.offset, _size(row)) for row in self.rows(topic, windows)]
 
     def first_offsets(self, topic: str, starts: dict[int, int]) -> dict[int, int]:
         firsts: dict[int, int] = {}

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from .group_tables import StoredRow
 from .journal import PAGE_ROWS, Range, pages, retention_limits
-from .memory import MemoryData, MemoryRow, MemoryStore
+from .memory import MemoryData, MemoryStore
 
 
-def _journal_row(row: MemoryRow) -> tuple[Any, ...]:
+def _journal_row(row: StoredRow) -> tuple[Any, ...]:
     # In the order of broker.store.journal.ROW_COLUMNS.
     return (row.id, row.topic, row.partition, row.offset, row.key, row.headers, row.timestamp,
             row.content_type, row.body)

@@ -7,18 +7,19 @@ Only storage: every rule (limits, conflicts, when to rebalance, the fair read) i
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, delete, func, or_, select, text, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from .group_tables import Plan, Subscriber, Windows
+from .group_tables import Plan, StoredRow, StoredSize, Subscriber, Windows
 from .schema import assignments, delivery_options, group_offsets, messages, subscribers
 from .schema import partitions as partition_table
 from .sql import Store
 
 _OR_CHUNK = 100
+_Read = TypeVar("_Read", StoredRow, StoredSize)
 
 _ROWS = ", ".join(f'"{c.name}"' for c in messages.columns)
 # What a message weighs against a byte cap: the bytes it stores (body, headers, id, key, content
@@ -27,15 +28,15 @@ _SIZES = ('"partition", "offset", length("body") + length("headers") + length("i
           '+ coalesce(length("key"), 0) + length("content_type") AS size')
 
 
-@functools.lru_cache(maxsize=2 * _OR_CHUNK)
-def _window_sql(terms: int, columns: str) -> Any:
-    """``SELECT`` of several [start, end) offset windows. Built as text because building the same
-    expression with SQLAlchemy's operators cost more than running it. The topic goes inside every
-    term so that SQLite searches the primary key once per term (MULTI-INDEX OR) instead of
-    scanning the whole topic."""
-    conds = " OR ".join(f'("topic" = :t AND "partition" = :p{n} AND "offset" >= :s{n} AND "offset" < :e{n})'
-                        for n in range(terms))
-    return text(f"SELECT {columns} FROM toymb_messages WHERE {conds}")
+@functools.lru_cache(maxsize=4 * _OR_CHUNK)
+def _window_sql(terms: int, columns: str, mark: str) -> str:
+    """``SELECT`` of several [start, end) offset windows, with the driver's positional ``mark``.
+    Plain text run on the driver's own cursor: building the same expression with SQLAlchemy's
+    operators, and its result rows, cost more than running it. The topic goes inside every term
+    so that SQLite searches the primary key once per term (MULTI-INDEX OR) instead of scanning
+    the whole topic."""
+    term = f'("topic" = {mark} AND "partition" = {mark} AND "offset" >= {mark} AND "offset" < {mark})'
+    return f"SELECT {columns} FROM toymb_messages WHERE {' OR '.join([term] * terms)}"
 
 
 def _subscriber(row: Any) -> Subscriber:
@@ -273,22 +274,28 @@ class SqlGroupTables:
 
     # -- message windows ----------------------------------------------------------------------
 
-    def rows(self, topic: str, windows: Windows) -> list[Any]:
-        return self._windows(topic, windows, _ROWS)
+    def rows(self, topic: str, windows: Windows) -> list[StoredRow]:
+        return self._windows(topic, windows, _ROWS, StoredRow._make)
 
-    def sizes(self, topic: str, windows: Windows) -> list[Any]:
-        return self._windows(topic, windows, _SIZES)
+    def sizes(self, topic: str, windows: Windows) -> list[StoredSize]:
+        return self._windows(topic, windows, _SIZES, StoredSize._make)
 
-    def _windows(self, topic: str, windows: Windows, columns: str) -> list[Any]:
-        out: list[Any] = []
+    def _windows(self, topic: str, windows: Windows, columns: str, make: Callable[[Any], _Read]) -> list[_Read]:
+        out: list[_Read] = []
         items = sorted(windows.items())
+        mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
         with self.engine.connect() as conn:
-            for i in range(0, len(items), _OR_CHUNK):
-                chunk = items[i: i + _OR_CHUNK]
-                params: dict[str, Any] = {"t": topic}
-                for n, (p, (s, k)) in enumerate(chunk):
-                    params.update({f"p{n}": p, f"s{n}": s, f"e{n}": s + k})
-                out.extend(conn.execute(_window_sql(len(chunk), columns), params).all())
+            cursor = conn.connection.cursor()
+            try:
+                for i in range(0, len(items), _OR_CHUNK):
+                    chunk = items[i: i + _OR_CHUNK]
+                    params: list[Any] = []
+                    for p, (s, k) in chunk:
+                        params += (topic, p, s, s + k)
+                    cursor.execute(_window_sql(len(chunk), columns, mark), params)
+                    out.extend(map(make, cursor.fetchall()))
+            finally:
+                cursor.close()
         return out
 
     def first_offsets(self, topic: str, starts: dict[int, int]) -> dict[int, int]:
