@@ -2,13 +2,13 @@
 
     python -m bench.push [--quick]      (or: toymb bench --only push)
 
-- Latency: a publisher process sends 1,000 messages a second (a request of 10 messages every
+- Latency: a publisher process sends 5,000 messages a second (a request of 50 messages every
   10 ms, each message stamped with its send time) to a topic with one push subscriber; the
   receiver records, per message, the time from the publish request's send to its arrival.
 - Throughput: publishers fill a topic as fast as they can (batches of 100, 256-byte bodies), which
   gives the publish rate. Then one group of 4 push subscribers starts at the earliest offset and
   drains the topic; the push rate is messages / drain time. The ratio is push / publish, both
-  measured in this run on this node (target: at least 0.5).
+  measured in this run on this node (target: at least 0.8).
 - Peak RSS of the node process (VmHWM).
 """
 
@@ -28,7 +28,7 @@ import requests
 from bench.common import BenchNode, peak_rss_mb, report, write_results
 from bench.publish import batched_publish
 
-RATE = 1000
+RATE = 5000  # the issue's rate: p99 at most 10 ms at 5,000 msg/s
 TICK_S = 0.01
 PER_TICK = int(RATE * TICK_S)
 BODY = "x" * 256
@@ -203,9 +203,11 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
     report("push delivery", {
         f"end-to-end latency p50 at {RATE} msg/s (ms)": results["latency_p50_ms"],
         f"end-to-end latency p99 at {RATE} msg/s (ms)": results["latency_p99_ms"],
+        "p99 meets 10 ms": results["latency_p99_ms"] <= 10.0,
         "publish throughput, batches of 100 (msg/s)": results["publish_msg_s"],
         "push throughput, 1 group x 4 subscribers (msg/s)": results["push_msg_s"],
-        "push / publish (target >= 0.5)": results["push_over_publish"],
+        "push / publish (target >= 0.8)": results["push_over_publish"],
+        "push / publish meets 0.8": results["push_over_publish"] >= 0.8,
         "node peak RSS (MiB)": results["node_peak_rss_mb"],
     })
     write_results(out_dir, "push", results, bars={"push / publish": results["push_over_publish"]})

@@ -138,6 +138,8 @@ class Settings:
     push_workers: int = _field(
         64, _pos,
         "most pushes in flight: one per push subscriber, so a slow receiver holds only its own")
+    push_in_flight: int = _field(
+        4, _pos, "most push requests in flight to one push subscriber, each on partitions of its own")
     push_max_bytes: int = _field(4 << 20, _pos, "largest push request body in bytes (at least one message)")
     subscriber_lease_ms: int = _field(15000, _pos, "a subscriber without heartbeat for this long is dropped")
     redelivery_ms: int = _field(30000, _pos, "fetched but uncommitted messages come back after this")

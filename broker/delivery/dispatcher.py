@@ -4,8 +4,12 @@ Each (topic, group, partition) is a *lane*. A lane has at most one push in fligh
 message is only pushed after the previous one was acknowledged (then its committed offset moves
 in SQL), so order per partition holds. One scheduler thread hands *rounds* to a fixed pool: a
 round takes the ready lanes of one push subscriber, reads their next messages and sends them in
-one request (ToyMB-compatible subscribers get one request per message). A subscriber has at
-most one round in flight, so the thread count never depends on partitions or groups.
+one request (ToyMB-compatible subscribers get one request per message). A subscriber has up
+to ``push_in_flight`` rounds in flight, on disjoint lanes, so a lane's order holds while the
+next round overlaps the previous one's round trip. Its first round runs on a pool with one
+worker per subscriber's round (``push_workers``); the others start only on an idle worker of a
+second pool of that size, so they never queue behind another subscriber, and the thread count
+never depends on partitions or groups.
 
 After a failed push, the lanes involved are *careful*: their head message is retried alone, with
 exponential backoff and jitter, so a poison message cannot drag its batch-mates to the
@@ -77,6 +81,7 @@ class Dispatcher:
         self.pusher = Pusher(settings.push_timeout_ms, push_addresses)
         self.offsets = OffsetCommitter(groups)
         self._pool: ThreadPoolExecutor | None = None
+        self._extra_pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._worker = Worker("toymb-dispatcher", self._run)
         self._state: dict[tuple[str, str], GroupLanes] = {}
@@ -86,6 +91,8 @@ class Dispatcher:
         self._timers: dict[Key, float] = {}
         self._heap: list[tuple[float, Key]] = []
         self._refresh_at = 0.0
+        self._in_flight = settings.push_in_flight
+        self._extra_running = 0  # rounds running beyond their subscriber's first
         # Seeks per group: a reload that read SQL before a seek must not apply what it read.
         self._seeks: dict[tuple[str, str], int] = {}
 
@@ -93,15 +100,20 @@ class Dispatcher:
 
     def start(self) -> None:
         self.offsets.start()
-        self._pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
-                                        thread_name_prefix="toymb-push")
+        # Each push subscriber has at most one round in this pool, so slow receivers hold only
+        # their own worker. Its further rounds (push_in_flight) start only on an idle worker of
+        # the second pool: they never queue behind anyone.
+        self._pool = ThreadPoolExecutor(max_workers=self.settings.push_workers, thread_name_prefix="toymb-push")
+        self._extra_pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
+                                              thread_name_prefix="toymb-push-more")
         self._worker.start()
 
     def stop(self) -> None:
         self._worker.stop()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        for pool in (self._pool, self._extra_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = self._extra_pool = None
         self.offsets.stop()
         self.pusher.close()
 
@@ -240,10 +252,6 @@ class Dispatcher:
                 self._consider((topic, group, sid))
             self._loaded_at[(topic, group)] = time.monotonic()
 
-    def _ready(self, lane: Lane, sid: str, now: float) -> bool:
-        return (lane.holder == sid and not lane.busy and lane.not_before <= now
-                and (lane.dirty or lane.position < lane.end))
-
     def _consider(self, key: Key) -> None:
         """Look at this subscriber at the next schedule (caller holds the lock)."""
         self._candidates.add(key)
@@ -261,8 +269,8 @@ class Dispatcher:
         they hold, a reload, their last round ending, a backoff running out), so idle
         subscribers cost nothing however many there are.
         """
-        pool = self._pool
-        if pool is None:
+        pool, extra_pool = self._pool, self._extra_pool
+        if pool is None or extra_pool is None:
             return now + REFRESH_S
         with self._lock:
             while self._heap and self._heap[0][0] <= now:
@@ -274,37 +282,34 @@ class Dispatcher:
             for key in candidates:
                 state = self._state.get((key[0], key[1]))
                 target = state.targets.get(key[2]) if state is not None else None
-                if state is None or target is None or target.busy:
-                    continue  # gone, or its round in flight will make it a candidate again
+                if state is None or target is None or target.rounds >= self._in_flight:
+                    continue  # gone, or a round in flight will make it a candidate again
                 if target.not_before > now:
                     self._timer(key, target.not_before)
                     continue
-                ready, soonest = False, None
-                for p in target.partitions:
-                    lane = state.lanes.get(p)
-                    if lane is None or lane.holder != target.sub.id or lane.busy:
-                        continue
-                    if lane.dirty or lane.position < lane.end:
-                        if lane.not_before <= now:
-                            ready = True
-                            break
-                        soonest = lane.not_before if soonest is None else min(soonest, lane.not_before)
-                if ready:
-                    target.busy = True
-                    pool.submit(self._round, state, target)
-                elif soonest is not None:
-                    self._timer(key, soonest)
+                while target.rounds < self._in_flight:
+                    first = not target.first_in_flight
+                    if not first and self._extra_running >= self.settings.push_workers:
+                        break  # no idle worker for more: never queue behind other subscribers
+                    taken, careful, soonest = self._take(state, target, now)
+                    if not taken:
+                        if soonest is not None:
+                            self._timer(key, soonest)
+                        break
+                    target.rounds += 1
+                    if first:
+                        target.first_in_flight = True
+                    else:
+                        self._extra_running += 1
+                    (pool if first else extra_pool).submit(self._round, state, target, taken, first, careful)
             return self._heap[0][0] if self._heap else now + REFRESH_S
 
     # -- one round ----------------------------------------------------------------------------
 
-    def _round(self, state: GroupLanes, target: Target) -> None:
-        taken: list[int] = []
+    def _round(self, state: GroupLanes, target: Target, taken: list[int], first: bool, careful: bool) -> None:
         try:
             if self.router.owns(state.topic):
-                taken = self._take(state, target)
-                if taken:
-                    self._push(state, target, taken)
+                self._push(state, target, taken)
         except Exception:
             log.exception("push round for %s/%s failed", state.topic, state.group)
             with self._lock:
@@ -314,23 +319,45 @@ class Dispatcher:
             with self._lock:
                 for p in taken:
                     state.lanes[p].busy = False
-                target.busy = False
+                if careful:
+                    target.careful_in_flight = False
+                target.rounds -= 1
+                if first:
+                    target.first_in_flight = False
+                else:
+                    self._extra_running -= 1
                 self._consider((state.topic, state.group, target.sub.id))
             self._worker.wake.set()
 
-    def _take(self, state: GroupLanes, target: Target) -> list[int]:
-        """Mark this round's lanes busy: the careful ones one at a time, the others together."""
-        now = time.monotonic()
+    def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None]:
+        """Mark a round's lanes busy (caller holds the lock): a careful one alone (one such round
+        at a time per subscriber), else every ready one.
+
+        Returns the lanes, whether they are a careful one, and when none is ready, when the
+        soonest backing-off one will be.
+        """
         sid = target.sub.id
-        with self._lock:
-            ready = [p for p in target.partitions
-                     if p in state.lanes and self._ready(state.lanes[p], sid, now)]
-            careful = [p for p in ready if state.lanes[p].careful]
-            taken = careful[:1] if careful else ready
-            for p in taken:
-                state.lanes[p].busy = True
-                state.lanes[p].dirty = False
-            return taken
+        ready: list[int] = []
+        careful = False
+        soonest: float | None = None
+        for p in target.partitions:
+            lane = state.lanes.get(p)
+            if lane is None or lane.holder != sid or lane.busy or not (lane.dirty or lane.position < lane.end):
+                continue
+            if lane.not_before > now:
+                soonest = lane.not_before if soonest is None else min(soonest, lane.not_before)
+                continue
+            if lane.careful:
+                if target.careful_in_flight:
+                    continue  # retried heads go one at a time, so dead letters count one by one
+                ready = [p]
+                careful = target.careful_in_flight = True
+                break
+            ready.append(p)
+        for p in ready:
+            state.lanes[p].busy = True
+            state.lanes[p].dirty = False
+        return ready, careful, (None if ready else soonest)
 
     def _push(self, state: GroupLanes, target: Target, taken: list[int]) -> None:
         s = self.settings

@@ -39,6 +39,7 @@ def test_nothing_set_means_sqlite_under_data() -> None:
     ("", {"TOYMB_PORT": "70000"}, "not a TCP port"),
     ("", {"TOYMB_DEFAULT_PARTITIONS": "0"}, "must be positive"),
     ("", {"TOYMB_FETCH_MAX_BYTES": "0"}, "must be positive"),
+    ("", {"TOYMB_PUSH_IN_FLIGHT": "0"}, "must be positive"),
     ("fetch.max.bytes=4MB\n", {}, "bad value '4MB' for fetch_max_bytes"),
     ("", {"TOYMB_DATABASE_URL": "oracle://x"}, "sqlite://, postgresql:// or mysql://"),
     ("just a line\n", {}, "expected key=value"),

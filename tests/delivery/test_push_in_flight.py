@@ -1,0 +1,86 @@
+"""Several pushes in flight to one subscriber (``push_in_flight``), never two on one partition."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.partitioning import partition_for
+from tests.delivery.conftest import STEADY_LEASE_MS
+from tests.delivery.support import LiveNode, Receiver, first_seen_in_order
+from tests.support import wait_until
+
+
+def keys_on_distinct_partitions(count: int, partitions: int = 100) -> list[str]:
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < count:
+        keys.setdefault(partition_for(f"key{n}", partitions), f"key{n}")
+        n += 1
+    return list(keys.values())
+
+
+class HoldingReceiver:
+    """While ``gate`` is shut, holds every push until it opens (or ``hold_s`` passed); records what overlapped."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+        self.in_flight: list[set[int]] = []   # partitions of each push being answered
+        self.most = 0                         # most pushes answered at once
+        self.shared_partition = False         # two pushes at once held the same partition
+        self.receiver = Receiver(self._respond)
+        self.hold_s = hold_s
+
+    def _respond(self, payload: dict[str, Any]) -> int:
+        parts = {m["partition"] for m in payload["messages"]}
+        with self.lock:
+            self.shared_partition |= any(parts & other for other in self.in_flight)
+            self.in_flight.append(parts)
+            self.most = max(self.most, len(self.in_flight))
+        self.gate.wait(self.hold_s)
+        with self.lock:
+            self.in_flight.remove(parts)
+        return 200
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_pushes_overlap_up_to_the_setting_and_never_on_one_partition(tmp_path: Path, in_flight: int) -> None:
+    node = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS, push_in_flight=in_flight, push_timeout_ms=30_000)
+    held = HoldingReceiver(hold_s=20.0 if in_flight > 1 else 1.5)
+    try:
+        node.subscribe("overlap", "g", mode="push", url=held.receiver.url)
+        first, second, third, fourth = keys_on_distinct_partitions(4)
+        # A new subscriber's first push looks at all its partitions at once; let it pass, so the
+        # pushes below each hold only the partitions that had news.
+        node.publish("overlap", [{"id": "warm", "key": fourth, "body": -1}])
+        wait_until(lambda: held.receiver.messages(), timeout=30, what="the first push")
+        held.gate.clear()
+        node.publish("overlap", [{"id": "a0", "key": first, "body": 0}])
+        wait_until(lambda: held.most >= 1, timeout=30, what="the first push is being answered")
+        # While it is held: a later message of the same partition, and two of other partitions.
+        node.publish("overlap", [{"id": "a1", "key": first, "body": 1}, {"id": "b0", "key": second, "body": 2},
+                                 {"id": "c0", "key": third, "body": 3}])
+        if in_flight > 1:
+            wait_until(lambda: held.most >= 2, timeout=30,
+                       what="a second push, for the other partitions, while the first is held")
+            held.gate.set()
+        # With one in flight the gate stays shut: each push is held hold_s, time for a second
+        # push to arrive meanwhile if one were sent.
+        wait_until(lambda: {m["id"] for m in held.receiver.messages()} == {"warm", "a0", "a1", "b0", "c0"}, timeout=60,
+                   what="every message delivered")
+        assert not held.shared_partition, "two pushes in flight at once held the same partition"
+        assert first_seen_in_order(held.receiver.messages())
+        if in_flight == 1:
+            assert held.most == 1, "with push_in_flight=1 a push waited for the one before it"
+        else:
+            assert 2 <= held.most <= in_flight
+    finally:
+        held.gate.set()
+        node.close()
+        held.receiver.stop()
+
