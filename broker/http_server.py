@@ -28,23 +28,31 @@ The overrides are small and lean on waitress 3.0 internals (``server.py``, ``cha
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import resource
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from waitress.adjustments import Adjustments
-from waitress.channel import HTTPChannel
+from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError, get_header_lines
 from waitress.rfc7230 import HEADER_FIELD_RE
 from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask
+from waitress.utilities import build_http_date
 
 from .errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+# A handler of requests served without a worker thread: (environ, respond) -> taken. ``respond``
+# takes (status line, headers, body) and may be called from any thread.
+InlineHandler = Callable[[dict[str, Any], Callable[[str, list[tuple[str, str]], bytes], None]], bool]
 
 # Descriptors a node needs besides its HTTP connections: listening socket, trigger pipe, log,
 # SQLite files or PostgreSQL pool, outgoing push and forward connections, spooled bodies.
@@ -141,6 +149,46 @@ class HardenedChannel(HTTPChannel):  # type: ignore[misc]
     parser_class = StrictParser
     error_task_class = JsonErrorTask
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Reentrant: an inline answer can be ready at once (a refused body, or a commit that ended
+        # before its callback was added) and is then sent from within received(), which holds it.
+        self.requests_lock = threading.RLock()
+
+    def try_inline(self, handler: InlineHandler) -> bool:
+        """Offer the connection's first request to ``handler`` on the loop's thread; False to give
+        it to a worker thread as usual.
+
+        Offered only a keep-alive HTTP/1.1 request with a plain body, so the answer's framing is
+        the app's own. The request stays first in ``requests`` until it is answered: the
+        connection counts as busy (never closed for being idle), and requests pipelined behind it
+        wait their turn, as behind a worker.
+        """
+        request = self.requests[0]
+        if (request.error or request.version != "1.1" or request.chunked or request.expect_continue
+                or request.headers.get("CONNECTION", "").lower() == "close"):
+            return False
+        environ = self.task_class(self, request).get_environment()
+        return handler(environ, functools.partial(self._answer_inline, request))
+
+    def _answer_inline(self, request: Any, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        """Send an inline request's answer (any thread), then hand the next request to a worker."""
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        head = (f"HTTP/1.1 {status}\r\n{head}Server: {self.adj.ident}\r\n"
+                f"Date: {build_http_date(time.time())}\r\n\r\n")
+        try:
+            self.write_soon(head.encode("latin-1") + body)
+        except ClientDisconnected:
+            pass
+        request.close()
+        with self.requests_lock:
+            if self.requests and self.requests[0] is request:
+                self.requests.pop(0)
+            more = self.connected and bool(self.requests)
+        if more:
+            self.server.add_task(self)
+        self.server.pull_trigger()
+
     def busy(self) -> bool:
         """A request is being served or its answer is still being sent: never closed for being idle."""
         return bool(self.requests) or bool(self.total_outbufs_len)
@@ -155,6 +203,9 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
     """waitress's TCP server with the connection cap, timeouts and JSON errors described above."""
 
     channel_class = HardenedChannel
+    # Takes some requests without a worker thread (the publish fast path); set before run().
+    inline: InlineHandler | None = None
+    loop_thread: int | None = None
     next_channel_cleanup: float = 0.0
     drain_deadline: float | None = None   # set by drain(): the loop then ends when every connection is closed
     drain_started = 0.0                   # time.time() of drain(), the clock of waitress's last_activity
@@ -178,6 +229,13 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
         )
         super().__init__(application, map={}, adj=Adjustments(**adjustments))
 
+    def add_task(self, channel: HardenedChannel) -> None:
+        # A request the inline handler takes needs no worker thread (see HardenedChannel.try_inline);
+        # only on the loop's own thread, so that what it parses never waits behind a worker.
+        if self.inline is not None and threading.get_ident() == self.loop_thread and channel.try_inline(self.inline):
+            return
+        super().add_task(channel)
+
     def drain(self, stall_timeout: float, drain_timeout: float) -> None:
         """Stop accepting and let :meth:`run` return once in-flight answers are sent.
 
@@ -194,6 +252,7 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
         # waitress's loop runs while its map has entries, and after close() nothing sweeps them:
         # step it here, closing connections as they fall idle once draining.
         timeout = self.adj.asyncore_loop_timeout
+        self.loop_thread = threading.get_ident()
         try:
             while self._map:
                 if self.drain_deadline is not None:

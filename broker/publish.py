@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from driver.names import NAME_PATTERN, is_name
 
@@ -22,6 +23,14 @@ def check_name(name: Any, what: str = "topic") -> str:
     if not is_name(name):
         raise BadRequest(f"{what} name must match {NAME_PATTERN}", code=f"bad_{what}_name")
     return name
+
+
+class PendingPublish(NamedTuple):
+    """A publish handed to the writer: :meth:`Publisher.answer` it when ``future`` resolves."""
+
+    started: float
+    is_batch: bool
+    future: Future[list[Stored]]
 
 
 class Publisher:
@@ -89,7 +98,28 @@ class Publisher:
         started = time.perf_counter()
         check_name(topic_name)
         messages, is_batch = self.parse_payload(payload)
-        stored = self.append(topic_name, messages)
+        return self.answer(started, is_batch, self.append(topic_name, messages))
+
+    def begin(self, topic_name: str, payload: Any) -> PendingPublish:
+        """:meth:`publish` without waiting: validate and queue for the writer; :meth:`answer` the
+        stored coordinates once the future resolves. Only for a topic :meth:`answers_inline`."""
+        started = time.perf_counter()
+        messages, is_batch = self.parse_payload(payload)
+        topic = self.topics.get(topic_name)
+        return PendingPublish(started, is_batch, self.appender.submit(topic, messages))
+
+    def answers_inline(self, topic_name: str) -> bool:
+        """Whether a publish to ``topic_name`` can be taken without blocking: the topic is known
+        (no SQL to create it) and has no enrichers (no user code)."""
+        return topic_name not in self.enrichers and self.topics.cached(topic_name)
+
+    def finish(self, pending: PendingPublish, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
+        """The answer of a publish :meth:`begin` queued, once stored."""
+        self.count(stored)
+        return self.answer(pending.started, pending.is_batch, stored)
+
+    def answer(self, started: float, is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and body of a stored publish's answer; counts the request."""
         self.metrics.publish_latency.observe(time.perf_counter() - started)
         self.metrics.publish_requests.labels("ok").inc()
         new = sum(1 for s in stored if not s.duplicate)
@@ -106,9 +136,13 @@ class Publisher:
         messages = self.enrich(topic_name, messages)
         topic = self.topics.get(topic_name, create=True)
         stored = self.appender.append(topic, messages)
+        self.count(stored)
+        return stored
+
+    def count(self, stored: list[Stored]) -> None:
+        """Count stored messages: new ones, and duplicates of ids stored before."""
         metrics = self.metrics
         new = sum(1 for s in stored if not s.duplicate)
         metrics.published.inc(new)
         if new < len(stored):
             metrics.duplicates.inc(len(stored) - new)
-        return stored

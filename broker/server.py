@@ -12,6 +12,7 @@ import signal
 import threading
 from types import FrameType
 
+from .api.fast_publish import PublishFastPath
 from .app import create_app
 from .config import Settings
 from .http_server import HardenedServer, ensure_fd_limit
@@ -44,6 +45,8 @@ def serve(settings: Settings) -> None:
         header_timeout=settings.header_timeout_ms / 1000, max_request=settings.max_request,
         ident="toymb", clear_untrusted_proxy_headers=True,
     )
+    if isinstance(app.wsgi_app, PublishFastPath):
+        server.inline = app.wsgi_app.inline
     stopping = threading.Event()
 
     def shutdown(signum: int, _frame: FrameType | None) -> None:

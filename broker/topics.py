@@ -19,6 +19,10 @@ class Topics:
         self._cache: dict[str, Topic] = {}
         self._lock = threading.Lock()
 
+    def cached(self, name: str) -> bool:
+        """Whether :meth:`get` knows ``name`` without asking the store."""
+        return name in self._cache
+
     def get(self, name: str, *, create: bool = False, partitions: int | None = None) -> Topic:
         """The topic ``name``; created with ``partitions`` (default from settings) when ``create``.
 

@@ -18,6 +18,7 @@ and a caller the authorizer refuses (Flask answers it, counts the failure and ad
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.datastructures import EnvironHeaders
@@ -29,16 +30,22 @@ from .answers import error_answer
 from .fast_json import answer_bytes
 
 if TYPE_CHECKING:
+    from ..appender import Stored
     from ..node import Node
     from ..security import Authorizer
     from .routes import Routes
 
 StartResponse = Callable[..., Any]
+# How an inline publish is answered: (status line, headers, body), from any thread.
+Respond = Callable[[str, list[tuple[str, str]], bytes], None]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 PREFIX = "/v1/topics/"
 SUFFIX = "/messages"
 PUBLISH_ENDPOINT = "topics.publish"
+# Bodies up to this are taken inline, parsed on the server's loop thread: parsing one costs well
+# under a millisecond, so other connections' reads and writes are never held up for long.
+INLINE_MAX_BYTES = 64 * 1024
 _REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
             413: "413 Payload Too Large", 422: "422 Unprocessable Entity", 500: "500 Internal Server Error",
             503: "503 Service Unavailable"}
@@ -61,26 +68,68 @@ class PublishFastPath:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         topic = self._own_topic(environ)
         length = self._length(environ) if topic is not None else None
-        if topic is None or length is None:
+        if topic is None or length is None or not self._allowed(environ, topic):
             return self.app(environ, start_response)
+        try:
+            status, answer = self.node.publisher.publish(topic, parse_json(self._body(environ, length)))
+            headers: dict[str, str] = {}
+        except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
+            status, answer, headers = error_answer(exc, self.max_request)
+        status_line, header_list, body = self._answer(status, answer, headers)
+        start_response(status_line, header_list)
+        return [body]
+
+    def inline(self, environ: dict[str, Any], respond: Respond) -> bool:
+        """Take a publish without holding a thread while it commits; False to leave it to :meth:`__call__`.
+
+        Taken only when nothing in it can block: a small body, a topic this node owns and knows,
+        with no enrichers. ``respond(status, headers, body)`` is then called once, from the
+        writer's thread when the commit ends (or at once for a refusal of the body).
+        """
+        topic = self._own_topic(environ)
+        length = self._length(environ) if topic is not None else None
+        if (topic is None or length is None or length > INLINE_MAX_BYTES
+                or not self.node.publisher.answers_inline(topic) or not self._allowed(environ, topic)):
+            return False
+        publisher = self.node.publisher
+        try:
+            pending = publisher.begin(topic, parse_json(self._body(environ, length)))
+        except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
+            respond(*self._answer(*error_answer(exc, self.max_request)))
+            return True
+
+        def committed(future: Future[list[Stored]]) -> None:
+            try:
+                status, answer = publisher.finish(pending, future.result())
+                headers: dict[str, str] = {}
+            except Exception as exc:  # noqa: BLE001 - as above
+                status, answer, headers = error_answer(exc, self.max_request)
+            respond(*self._answer(status, answer, headers))
+
+        pending.future.add_done_callback(committed)
+        return True
+
+    def _allowed(self, environ: dict[str, Any], topic: str) -> bool:
+        """Whether the caller may publish; a refused one is Flask's to answer (it counts the failure)."""
         try:
             self.authorizer.decide(Need(self.role, topic, self.legacy), EnvironHeaders(environ),
                                    environ.get("REMOTE_ADDR"))
         except BrokerError:
-            return self.app(environ, start_response)
-        try:
-            raw = environ["wsgi.input"].read(length)
-            if len(raw) != length:
-                raise BadRequest("the body ended before its Content-Length", code="bad_json")
-            status, answer = self.node.publisher.publish(topic, parse_json(raw))
-            headers: dict[str, str] = {}
-        except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
-            status, answer, headers = error_answer(exc, self.max_request)
+            return False
+        return True
+
+    @staticmethod
+    def _body(environ: dict[str, Any], length: int) -> bytes:
+        raw: bytes = environ["wsgi.input"].read(length)
+        if len(raw) != length:
+            raise BadRequest("the body ended before its Content-Length", code="bad_json")
+        return raw
+
+    @staticmethod
+    def _answer(status: int, answer: Any, headers: dict[str, str]) -> tuple[str, list[tuple[str, str]], bytes]:
         body = answer_bytes(answer)
-        start_response(_REASONS.get(status, f"{status} Error"),
-                       [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                        *headers.items()])
-        return [body]
+        return (_REASONS.get(status, f"{status} Error"),
+                [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()], body)
 
     def _own_topic(self, environ: dict[str, Any]) -> str | None:
         """The topic of a publish request for a topic this node owns now; None for anything else."""

@@ -1,0 +1,133 @@
+"""Publishes answered on the server's loop thread (no worker thread waits for the commit).
+
+A node takes a small publish to a topic it knows inline; the first publish to a new topic, a
+large body, ``Connection: close`` and HTTP/1.0 still go to a worker. Both ways must answer alike,
+keep the order of pipelined answers, and survive clients that leave before their answer.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from broker.api.fast_publish import INLINE_MAX_BYTES
+from tests.support import NodeProcess, wait_until
+
+Reply = tuple[int, dict[str, str], Any]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    with NodeProcess(tmp_path_factory.mktemp("inline"), env={"TOYMB_MAX_BODY": "1048576"}) as proc:
+        yield proc
+
+
+def request(topic: str, body: bytes, *, extra: str = "", version: str = "1.1") -> bytes:
+    return (f"POST /v1/topics/{topic}/messages HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def read_replies(sock: socket.socket, count: int) -> list[Reply]:
+    """``count`` HTTP answers from ``sock``, framed by their Content-Length."""
+    data = b""
+    replies: list[Reply] = []
+    while len(replies) < count:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(replies)} answers"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers["content-length"])
+        while len(data) < length:
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed inside an answer"
+            data += chunk
+        replies.append((int(lines[0].split()[1]), headers, json.loads(data[:length])))
+        data = data[length:]
+    return replies
+
+
+def exchange(node: NodeProcess, *raw: bytes) -> list[Reply]:
+    """Send ``raw`` requests in one write (pipelined) and read their answers."""
+    with socket.create_connection(("127.0.0.1", node.port), timeout=20) as sock:
+        sock.sendall(b"".join(raw))
+        return read_replies(sock, len(raw))
+
+
+def shape(reply: Reply) -> tuple[int, list[str], list[str]]:
+    status, headers, body = reply
+    return status, sorted(k for k in headers if k != "date"), sorted(body) if isinstance(body, dict) else body
+
+
+def test_inline_answers_look_like_worker_answers(node: NodeProcess) -> None:
+    one = json.dumps({"key": "k", "body": {"n": 1}}).encode()
+    first, = exchange(node, request("alike", one))           # a new topic: a worker creates it
+    second, = exchange(node, request("alike", one))          # a known topic: inline
+    closing, = exchange(node, request("alike", one, extra="Connection: close\r\n"))  # a worker
+    assert first[0] == second[0] == closing[0] == 201
+    assert shape(first) == shape(second)
+    assert {k for k in closing[1] if k != "connection"} == set(first[1])
+    assert second[1]["server"] == first[1]["server"] and second[1]["content-type"] == "application/json"
+    bad = b'{"key": "k", "body": '
+    for topic in ("alike", "alike-new"):  # inline, then a worker for a topic never seen
+        status, _, body = exchange(node, request(topic, bad))[0]
+        assert status == 400 and body["error"] == "bad_json", body
+    assert shape(exchange(node, request("alike", bad))[0]) == shape(exchange(node, request("alike-new2", bad))[0])
+
+
+def test_pipelined_requests_are_answered_in_order_whichever_way_each_goes(node: NodeProcess) -> None:
+    exchange(node, request("piped", b'{"body": 0}'))  # make the topic known
+    big = json.dumps({"body": "x" * (INLINE_MAX_BYTES + 10)}).encode()  # over the inline limit: a worker
+    raw = [request("piped", json.dumps({"id": f"p{i}", "body": i}).encode()) for i in range(6)]
+    raw.insert(3, request("piped", big))
+    raw.insert(5, b"GET /v1/topics/piped HTTP/1.1\r\nHost: x\r\n\r\n")
+    replies = exchange(node, *raw)
+    assert [r[0] for r in replies] == [201, 201, 201, 201, 201, 200, 201, 201]
+    published = [r[2]["id"] for r in replies if "id" in r[2]]
+    assert published[:3] == ["p0", "p1", "p2"] and published[4:] == ["p3", "p4", "p5"]
+    assert "end_offsets" in replies[5][2]
+
+
+def test_http_1_0_is_answered_and_closed(node: NodeProcess) -> None:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=20) as sock:
+        sock.sendall(request("piped", b'{"body": "old"}', version="1.0"))
+        status, headers, body = read_replies(sock, 1)[0]
+        assert status == 201 and body["topic"] == "piped"
+        assert sock.recv(1) == b"", "an HTTP/1.0 request without keep-alive closes the connection"
+
+
+def test_clients_that_leave_before_their_answer_lose_nothing_and_hurt_no_one(node: NodeProcess) -> None:
+    exchange(node, request("leavers", b'{"body": 0}'))
+    for i in range(50):
+        sock = socket.create_connection(("127.0.0.1", node.port), timeout=20)
+        sock.sendall(request("leavers", json.dumps({"id": f"gone{i}", "body": i}).encode()))
+        sock.close()  # before the commit answers
+    status, _, body = exchange(node, request("leavers", b'{"id": "stays", "body": 1}'))[0]
+    assert status == 201 and body["id"] == "stays"
+
+    def stored() -> int:
+        return sum(requests.get(f"{node.url}/v1/topics/leavers", timeout=10).json()["end_offsets"].values())
+
+    # Each request that reached the node was taken whole; none of them is stored twice.
+    wait_until(lambda: stored() >= 2, timeout=20, what="the first and last messages stored")
+    assert stored() <= 52
+    again = exchange(node, *(request("leavers", json.dumps({"id": f"gone{i}", "body": i}).encode())
+                             for i in range(50)))
+    assert all(r[0] in (200, 201) for r in again)
+    assert stored() == 52, "every message stored once: the ones whose client left, and no duplicates"
+
+
+def test_a_large_body_still_goes_to_a_worker_and_is_stored(node: NodeProcess, tmp_path: Path) -> None:
+    exchange(node, request("large", b'{"body": 0}'))
+    body = json.dumps({"messages": [{"body": "y" * 1000} for _ in range(200)]}).encode()
+    assert len(body) > INLINE_MAX_BYTES
+    status, _, answer = exchange(node, request("large", body))[0]
+    assert status == 201 and len(answer["messages"]) == 200
