@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
@@ -28,7 +28,11 @@ log = logging.getLogger(__name__)
 # NotOwner when this node may no longer write the topic (cluster fencing). It returns something
 # when it claimed the topic: then the writer drops its cached offsets of the topic before assigning
 # any, and runs what was returned once the transaction committed (the claim is believed from then).
-FenceCheck = Callable[[AppendTx, str], Callable[[], None] | None]
+class FenceCheck(Protocol):
+    def lock(self, txn: AppendTx, topics: Sequence[str]) -> None:
+        """Lock the claims of all ``topics`` of the transaction at once, before they are checked."""
+    def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None: ...
+
 CommitListener = Callable[[str, set[int]], None]
 
 
@@ -160,6 +164,8 @@ class Appender:
         after_commit: list[Callable[[], None]] = []
         try:
             with self.store.append_transaction() as txn:
+                if self.fence is not None:
+                    self.fence.lock(txn, sorted(names))
                 for name in names:
                     if self.fence is not None:
                         try:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import NotOwner
@@ -59,6 +59,10 @@ class Fence:
     def epoch(self, topic: str) -> int | None:
         with self._lock:
             return self._epochs.get(topic)
+
+    def lock(self, txn: AppendTx, topics: Sequence[str]) -> None:
+        """Lock the rows of every topic the commit writes in one statement, before checking each."""
+        txn.lock_topics(topics, self.lease_ms)
 
     def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None:
         """Check (or claim) ``topic`` inside the append transaction ``txn``.

@@ -104,27 +104,38 @@ def schema_lock(conn: Connection) -> Iterator[None]:
         conn.execute(text("SELECT RELEASE_LOCK(:lock)"), {"lock": lock})
 
 
-def lock_topic_row(conn: Connection, topic: str, lock_timeout_ms: int) -> Row[Any] | None:
-    """Lock ``topic``'s row of ``toymb_topics`` until commit and read ``owner, epoch``.
+def lock_topic_rows(conn: Connection, names: Sequence[str], lock_timeout_ms: int) -> dict[str, Row[Any]]:
+    """Lock the rows of ``toymb_topics`` named ``names`` until commit, in name order, in one
+    statement; their ``name, owner, epoch`` by name (a name without a row is left out).
 
-    Where the database allows it, the lock wait, and a transaction that holds the lock and then
+    Where the database allows it, the lock wait, and a transaction that holds the locks and then
     goes idle (its node frozen), end after ``lock_timeout_ms``: a frozen node must not hold a
-    topic past its lease. Run by every commit of the writer, so the statements are plain ones
-    (no trip through SQLAlchemy's compile cache).
+    topic past its lease. Run by every commit of the writer, so it is one plain statement (no trip
+    through SQLAlchemy's compile cache), and on PostgreSQL the transaction-local timeouts are set
+    by the same statement: ``set_config`` in a one-row subquery of the join, which is evaluated
+    before the first row is locked (a volatile function's subquery is never pulled up).
     """
+    ordered = sorted(set(names))
     name = conn.dialect.name
     if name == "postgresql":
-        conn.execute(text("SELECT set_config('lock_timeout', :t, true), "
-                          "set_config('idle_in_transaction_session_timeout', :t, true)"),
-                     {"t": f"{lock_timeout_ms}ms"})
-        return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
-                                    (topic,)).first()
-    if is_mysql(name):
+        timeout = f"{lock_timeout_ms}ms"
+        rows = conn.exec_driver_sql(
+            "SELECT t.name, t.owner, t.epoch FROM toymb_topics AS t, "
+            "(SELECT set_config('lock_timeout', %s, true) AS a, "
+            "set_config('idle_in_transaction_session_timeout', %s, true) AS b) AS timeouts "
+            "WHERE t.name = ANY(%s) ORDER BY t.name FOR UPDATE OF t", (timeout, timeout, ordered))
+    elif is_mysql(name):
         _mysql_lock_timeouts(conn, lock_timeout_ms)
-        return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = %s FOR UPDATE",
-                                    (topic,)).first()
-    # SQLite has no FOR UPDATE: the write transaction is the lock.
-    return conn.exec_driver_sql("SELECT owner, epoch FROM toymb_topics WHERE name = ?", (topic,)).first()
+        marks = ", ".join(["%s"] * len(ordered))
+        rows = conn.exec_driver_sql(
+            f"SELECT name, owner, epoch FROM toymb_topics WHERE name IN ({marks}) ORDER BY name FOR UPDATE",
+            tuple(ordered))
+    else:
+        # SQLite has no FOR UPDATE: the write transaction is the lock.
+        marks = ", ".join(["?"] * len(ordered))
+        rows = conn.exec_driver_sql(f"SELECT name, owner, epoch FROM toymb_topics WHERE name IN ({marks})",
+                                    tuple(ordered))
+    return {row.name: row for row in rows}
 
 
 def _mysql_lock_timeouts(conn: Connection, lock_timeout_ms: int) -> None:

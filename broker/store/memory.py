@@ -83,6 +83,9 @@ class MemoryAppendTx:
         self._ends: dict[tuple[str, int], int] = {}
         self._given_ids: list[GivenId] = []
 
+    def lock_topics(self, names: Sequence[str], lock_timeout_ms: int) -> None:
+        pass  # one writer in one process: nothing to lock
+
     def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None:
         found = self._claims.get(topic) or self._data.topics.get(topic)
         return None if found is None else TopicClaim(found.owner, found.epoch)

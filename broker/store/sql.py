@@ -222,15 +222,26 @@ class AppendTransaction:
     def __init__(self, store: Store, conn: Connection) -> None:
         self._store = store
         self._conn = conn
+        self._claims: dict[str, TopicClaim | None] = {}  # what lock_topics read
+
+    def lock_topics(self, names: Sequence[str], lock_timeout_ms: int) -> None:
+        """Lock the rows of the topics ``names`` until commit, in one statement; :meth:`lock_topic`
+        then answers from what it read.
+
+        On PostgreSQL and MariaDB the lock wait, and an idle transaction holding the locks, end
+        after ``lock_timeout_ms`` (:func:`~broker.store.dialects.lock_topic_rows`).
+        """
+        rows = dialects.lock_topic_rows(self._conn, names, lock_timeout_ms)
+        for name in names:
+            row = rows.get(name)
+            self._claims[name] = None if row is None else TopicClaim(row.owner, int(row.epoch or 0))
 
     def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None:
-        """Lock ``topic``'s row until commit and read its claim; None when the topic does not exist.
-
-        On PostgreSQL and MariaDB the lock wait, and an idle transaction holding it, end after
-        ``lock_timeout_ms`` (:func:`~broker.store.dialects.lock_topic_row`).
-        """
-        row = dialects.lock_topic_row(self._conn, topic, lock_timeout_ms)
-        return None if row is None else TopicClaim(row.owner, int(row.epoch or 0))
+        """Lock ``topic``'s row until commit (unless :meth:`lock_topics` did) and read its claim;
+        None when the topic does not exist."""
+        if topic not in self._claims:
+            self.lock_topics([topic], lock_timeout_ms)
+        return self._claims[topic]
 
     def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool:
         """Compare-and-set: make ``owner`` the topic's owner at ``seen.epoch + 1`` if the epoch is unchanged."""
