@@ -121,6 +121,7 @@ class Dispatcher:
 
     def on_commit(self, topic: str, partitions: set[int]) -> None:
         """Appender listener: new messages in ``partitions`` of ``topic``."""
+        news = False
         with self._lock:
             for (name, _), group in self._state.items():
                 if name == topic:
@@ -130,7 +131,9 @@ class Dispatcher:
                             lane.dirty = True
                             if lane.holder is not None:
                                 self._consider((topic, group.group, lane.holder))
-        self._worker.wake.set()
+                                news = True
+        if news:  # waking the scheduler costs a few locks: only for a subscriber with something to do
+            self._worker.wake.set()
 
     def invalidate(self, topic: str, group: str) -> None:
         """Reload a group from SQL now (its members or assignment changed)."""
