@@ -187,7 +187,7 @@ class HardenedChannel(HTTPChannel):  # type: ignore[misc]
             more = self.connected and bool(self.requests)
         if more:
             self.server.add_task(self)
-        self.server.pull_trigger()
+        self.server.wake_loop()
 
     def busy(self) -> bool:
         """A request is being served or its answer is still being sent: never closed for being idle."""
@@ -206,6 +206,7 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
     # Takes some requests without a worker thread (the publish fast path); set before run().
     inline: InlineHandler | None = None
     loop_thread: int | None = None
+    loop_woken = False  # the trigger was pulled since the loop's pass began
     next_channel_cleanup: float = 0.0
     drain_deadline: float | None = None   # set by drain(): the loop then ends when every connection is closed
     drain_started = 0.0                   # time.time() of drain(), the clock of waitress's last_activity
@@ -228,6 +229,13 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
             connection_limit=max_connections,  # not enforced by waitress any more (see readable), kept for clarity
         )
         super().__init__(application, map={}, adj=Adjustments(**adjustments))
+
+    def wake_loop(self) -> None:
+        """Wake the loop to send queued answers: once per pass however many are queued (a commit
+        answers many inline publishes at once, and each wake costs a pass over every connection)."""
+        if not self.loop_woken:
+            self.loop_woken = True
+            self.pull_trigger()
 
     def add_task(self, channel: HardenedChannel) -> None:
         # A request the inline handler takes needs no worker thread (see HardenedChannel.try_inline);
@@ -263,6 +271,9 @@ class HardenedServer(TcpWSGIServer):  # type: ignore[misc]
                         last = max(channel.last_activity, self.drain_started)
                         if cut_all or not channel.busy() or last < stalled_before:
                             channel.handle_close()
+                # Cleared before the loop looks at what is writable: an answer queued after this
+                # is either seen by this pass or wakes the loop again (wake_loop).
+                self.loop_woken = False
                 self.asyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
         except (SystemExit, KeyboardInterrupt):
             self.task_dispatcher.shutdown()
