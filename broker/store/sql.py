@@ -290,7 +290,16 @@ class AppendTransaction:
             conn.exec_driver_sql(
                 f'INSERT INTO toymb_message_ids (topic, id, "partition", "offset") VALUES ({", ".join([mark] * 4)})',
                 given_ids)
-        if ends:
+        if ends and dialect == "postgresql":
+            # One statement for every partition: executemany ran one UPDATE per partition on the
+            # server, a fifth of the writer's time with a batch spread over 60 partitions.
+            keys = list(ends)
+            conn.exec_driver_sql(
+                'UPDATE toymb_partitions AS p SET next_offset = v.n '
+                'FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS v(t, pa, n) '
+                'WHERE p.topic = v.t AND p."partition" = v.pa',
+                ([t for t, _ in keys], [p for _, p in keys], [ends[k] for k in keys]))
+        elif ends:
             conn.exec_driver_sql(
                 f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',
                 [(n, t, p) for (t, p), n in ends.items()])
