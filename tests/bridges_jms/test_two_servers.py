@@ -25,11 +25,12 @@ COUNTER = Path(__file__).with_name("JmsCount.java")
 
 
 @pytest.fixture(scope="module")
-def two_servers(activemq: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateActiveMQ, ...]]:
-    a = PrivateActiveMQ(tmp_path_factory.mktemp("amq-a")).start()
+def two_servers(private_activemq: PrivateActiveMQ,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateActiveMQ, ...]]:
+    """Server A is the folder's private ActiveMQ (never restarted here); server B, which the test
+    restarts, is one of this module's own."""
     b = PrivateActiveMQ(tmp_path_factory.mktemp("amq-b")).start()
-    yield a, b
-    a.stop()
+    yield private_activemq, b
     b.stop()
 
 
