@@ -138,13 +138,22 @@ def stored(node: NodeProcess, topic: str) -> list[dict[str, Any]]:
              "body": bytes(r.body), "offset": r.offset, "partition": r.partition} for r in rows]
 
 
+def stored_count(node: NodeProcess, topic: str) -> int:
+    """How many messages ``topic`` holds in the node's SQLite store: what a wait polls, at the cost of
+    one COUNT, where :func:`stored` reads and decodes every row (~50 ms of CPU at 5,000)."""
+    store = Store(f"sqlite:///{node.data_dir / 'toymb.db'}")
+    try:
+        return store.count_messages(topic)
+    finally:
+        store.dispose()
+
+
 def wait_stored(node: NodeProcess, topic: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The messages of ``topic`` once it holds ``count`` (or what it holds after ``timeout`` s)."""
     deadline = time.monotonic() + timeout
-    while True:
-        found = stored(node, topic)
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
+    while stored_count(node, topic) < count and time.monotonic() <= deadline:
         time.sleep(0.1)
+    return stored(node, topic)
 
 
 def connect(client_id: str | None = None, url: str = STOMP_URL) -> StompClient:
