@@ -161,8 +161,24 @@ def _group(item: pytest.Item) -> str | None:
     return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module-scoped fixture of this suite (a node, a cluster, a browser...)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        defs[-1].scope == "module" and defs[-1].baseid.startswith("tests")
+        for defs in info.name2fixturedefs.values())
+
+
+# First: xdist's worker plugin reads the ``xdist_group`` marks in its own hook (it appends the group to
+# each node id), and it runs before a conftest's unless told otherwise, so marks added later were
+# ignored (the "spark" group never held: each worker started its own SparkSession).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order and group the suite for ``pytest -n`` (pytest-xdist, ``--dist loadgroup``).
+
+    A module whose tests share a module-scoped fixture runs on one worker: under ``loadgroup``
+    every other test is a unit of its own, so the module's tests went to every worker, and each
+    worker set the fixture up again (the console's three-node cluster and browser up to 4 times).
 
     Longest work first: each test (or ``xdist_group``, which one worker runs as a whole) is ranked
     by its expected seconds (``LONG_POLES_S``, a group by the sum of its tests), so the long poles
@@ -173,6 +189,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("spark"))
+        elif item.get_closest_marker("xdist_group") is None and _shares_a_module_fixture(item):
+            module = item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(module))
 
     def expected_s(item: pytest.Item) -> float:
         default = SLOW_S if item.get_closest_marker("slow") is not None else FAST_S
