@@ -1,13 +1,12 @@
 """Named JMS connections and their settings, each with an effect: TLS (ActiveMQ's stomp+ssl connector,
-with a certificate made here), vhost and heart-beats (on the wire), and what is refused at startup."""
+with a certificate made by the folder's conftest), vhost and heart-beats (on the wire), and what is
+refused at startup."""
 
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,32 +17,24 @@ from journal_spark.jms.config import jms_connections
 from journal_spark.jms.errors import JmsConfigError, JmsConnectionError
 from journal_spark.jms.stompclient import StompClient
 from journal_spark.routes import load_routes
-from tests.bridges_jms.conftest import PrivateActiveMQ, drain, send_all, unique, wait_stored, write_routes
+from tests.bridges_jms.conftest import (
+    PrivateActiveMQ,
+    drain,
+    make_certificate,
+    send_all,
+    unique,
+    wait_stored,
+    write_routes,
+)
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.support import NodeProcess, wait_until
 
-PASSWORD = "toymb-test-secret"
 
-
-def make_certificate(folder: Path, name: str) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (PEM) and its PKCS12 keystore for ActiveMQ."""
-    key, cert, p12 = folder / f"{name}.key", folder / f"{name}.pem", folder / f"{name}.p12"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-                    "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    subprocess.run(["openssl", "pkcs12", "-export", "-in", str(cert), "-inkey", str(key), "-out", str(p12),
-                    "-passout", f"pass:{PASSWORD}", "-name", "activemq"], check=True, capture_output=True)
-    return cert, p12
-
-
-@pytest.fixture(scope="module")
-def tls_activemq(activemq: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrivateActiveMQ, Path]]:
-    """A second ActiveMQ (private), with a stomp+ssl connector; yields it and its CA (the certificate)."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, p12 = make_certificate(folder, "server")
-    broker = PrivateActiveMQ(folder / "state", keystore=p12, keystore_password=PASSWORD).start()
-    yield broker, cert
-    broker.stop()
+@pytest.fixture
+def tls_activemq(private_activemq: PrivateActiveMQ) -> tuple[PrivateActiveMQ, Path]:
+    """The folder's private ActiveMQ (it has a stomp+ssl connector) and its CA (the certificate)."""
+    assert private_activemq.ca_file is not None
+    return private_activemq, private_activemq.ca_file
 
 
 @pytest.mark.xdist_group("private-activemq")

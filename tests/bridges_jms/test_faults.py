@@ -26,6 +26,7 @@ from tests.bridges_jms.conftest import (
     connect,
     send_all,
     stored,
+    stored_count,
     unique,
     write_routes,
 )
@@ -55,15 +56,15 @@ def test_activemq_killed_during_a_stream(private_activemq: PrivateActiveMQ, node
                           max_retries="-1")
     try:
         bridge.start()
-        wait_until(lambda: len(stored(node, topic)) >= 300, timeout=60, what="the stream to start")
+        wait_until(lambda: stored_count(node, topic) >= 300, timeout=60, what="the stream to start")
         amq.restart(kill=True)
         at_restart = bridge.message_count
         assert at_restart < TOTAL, "the bridge finished before ActiveMQ was killed; the test proved nothing"
 
         def settled() -> bool:
-            count = len(stored(node, topic))
+            count = stored_count(node, topic)
             time.sleep(1.5)
-            return bridge.state == STARTED and count == len(stored(node, topic)) and count >= at_restart
+            return bridge.state == STARTED and count == stored_count(node, topic) and count >= at_restart
         wait_until(settled, timeout=120, interval=0.5, what="the bridge to drain the queue")
     finally:
         bridge.stop()

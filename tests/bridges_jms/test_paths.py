@@ -21,7 +21,7 @@ from journal_spark.bridges.telemetry import BridgeTelemetry
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.ingress import FAILED, STARTED
 from journal_spark.routes import load_routes
-from tests.bridges_jms.conftest import drain, send_all, stored, unique, wait_stored, write_routes
+from tests.bridges_jms.conftest import drain, send_all, stored, stored_count, unique, wait_stored, write_routes
 from tests.bridges_jms.test_ingress import Proxy, make_ingress
 from tests.support import ROOT, NodeProcess, free_port, wait_until
 
@@ -151,10 +151,10 @@ def test_jms_ingress_sigkilled_mid_batch_stores_each_message_once(activemq: str,
 
     proc = start()
     try:
-        wait_until(lambda: len(stored(node, "killed")) >= 600, timeout=120, what="600 messages in")
+        wait_until(lambda: stored_count(node, "killed") >= 600, timeout=120, what="600 messages in")
         os.killpg(proc.pid, signal.SIGKILL)        # somewhere in a batch: published, acked, or neither
         proc.wait(10)
-        at_kill = len(stored(node, "killed"))
+        at_kill = stored_count(node, "killed")
         assert at_kill < total, "everything came in before the kill; the test proved nothing"
         proc = start()
         wait_stored(node, "killed", total, timeout=180)

@@ -16,7 +16,7 @@ import pytest
 
 from journal_spark.bridges.kafka import KafkaSink
 from journal_spark.routes import HardFailure, load_routes
-from tests.bridges_kafka.conftest import BOOTSTRAP
+from tests.bridges_kafka.conftest import BOOTSTRAP, kafka_retry
 from tests.support import ROOT, free_port, need_service, port_open, wait_until
 
 KAFKA = str(ROOT / "services" / "kafka.sh")
@@ -78,12 +78,17 @@ def can_write(kafka: SaslKafka, producer: Any, topic: str) -> bool:
     from confluent_kafka import Consumer, TopicPartition
 
     reader = Consumer({**kafka.sasl(ADMIN), "group.id": "acl-probe", "enable.auto.commit": False})
+    partition = TopicPartition(topic, 0)
+
+    def end() -> int:
+        # A topic just created may not have its leader yet (NOT_LEADER_FOR_PARTITION, seen under load).
+        return int(kafka_retry(lambda: reader.get_watermark_offsets(partition, timeout=10), f"{topic}'s end")[1])
+
     try:
-        partition = TopicPartition(topic, 0)
-        before = reader.get_watermark_offsets(partition, timeout=10)[1]
+        before = end()
         producer.produce(topic, b"probe")
         producer.flush(10)
-        return bool(reader.get_watermark_offsets(partition, timeout=10)[1] > before)
+        return end() > before
     finally:
         reader.close()
 

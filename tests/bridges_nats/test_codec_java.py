@@ -16,6 +16,9 @@ from .conftest import HERE
 
 PROBE = HERE / "CodecProbe.java"
 COUNT = 400
+# One worker runs both tests, so Maven resolves the reference jar (the session's reference_classpath,
+# a Maven JVM of its own) once, not once on each worker.
+pytestmark = pytest.mark.xdist_group("nats-reference")
 
 
 def _hex(data: bytes) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridges_jms.conftest import stored, wait_stored
+from tests.bridges_jms.conftest import stored, stored_count, wait_stored
 from tests.support import NodeProcess, wait_until
 
 from .conftest import BridgeProcess, NatsThread, unique
@@ -46,7 +46,7 @@ def test_a_jetstream_stream_comes_into_a_broker_topic_once_across_a_sigkill(
         first.kill()
         bridges(lines)
         wait_stored(broker_node, topic, COUNT, timeout=180)
-        wait_until(lambda: len(stored(broker_node, topic)) >= COUNT, timeout=30, what="all stored")
+        wait_until(lambda: stored_count(broker_node, topic) >= COUNT, timeout=30, what="all stored")
         rows = stored(broker_node, topic)
     finally:
         nats_client.call(js.delete_stream(stream))
