@@ -68,6 +68,7 @@ class DeltaSink:
 
     name = "table"
     start = "journaled"   # a fresh checkpoint resumes where the journal already is
+    ordered = False       # Delta sorts each task's rows by its partition columns itself
 
     def __init__(self, table_dir: str | Path, checkpoint_dir: str | Path, store: JournalRepository | None,
                  epoch: Callable[[], int] = lambda: 0,

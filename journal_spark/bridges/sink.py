@@ -20,6 +20,7 @@ class RouteSink:
     """A journal sink serving some of the routes of one routes file."""
 
     name: str
+    ordered = True   # a bridge sends each partition's messages in offset order
 
     def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
         self.routes = routes
