@@ -19,12 +19,18 @@ means we were fenced. After writing, it checks that the commit is its own.
 
 After the commit the sink records the batch's end offsets (from the query's own offset log) in
 ``toymb_journal_offsets``, for retention and the lag, only ever moving them forward.
+
+Per-batch cost. Delta looks ``txnAppId`` up in the table's state, which it computes with a Spark
+job once per table version: about half of a small batch's time. Right after its commit, the sink
+has Delta compute the new version's state in the background, while Spark records the batch, plans
+the next one and reads its rows; the next write finds it computed (:meth:`DeltaSink._warm_state`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -91,6 +97,7 @@ class DeltaSink:
                 tmp.unlink(missing_ok=True)
         self.app_id = app_file.read_text(encoding="utf-8").strip()
         self._log: Any = None
+        self._warming: threading.Thread | None = None
 
     def _delta_log(self) -> Any:
         """The table's log through delta-rs, brought up to date (reads only the new commits)."""
@@ -146,11 +153,32 @@ class DeltaSink:
         if now != version:
             raise Fenced(f"batch {batch_id} was not committed under epoch {epoch}: the table's last "
                          f"version for this journal is {now} (another journal process took over)")
+        self._warm_state(df.sparkSession)
         rows = self._last_commit_rows()
         self._record(batch_id)
         log.info("batch %d: %d rows into the table in %.2fs", batch_id, rows, time.perf_counter() - started)
         if self.on_batch:
             self.on_batch(rows, batch_id, False)
+
+    def _warm_state(self, spark: Any) -> None:
+        """Have Delta compute the table's new state (and its ``txnAppId`` versions) in the background.
+
+        ``DESCRIBE DETAIL`` counts the table's files, which needs the state Delta caches per table
+        version; the next write's idempotence check then finds it. Nothing depends on it finishing:
+        a failure (the JVM stopping, say) only means the next write computes the state itself.
+        """
+        if self._warming is not None and self._warming.is_alive():
+            return
+        path = str(self.table).replace("`", "``")
+
+        def warm() -> None:
+            try:
+                spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()
+            except Exception as exc:  # noqa: BLE001 - an optimisation only
+                log.debug("warming the table's state failed: %s", str(exc).splitlines()[:1])
+
+        self._warming = threading.Thread(target=warm, name="toymb-delta-state", daemon=True)
+        self._warming.start()
 
     def _last_commit_rows(self) -> int:
         try:

@@ -161,8 +161,10 @@ class KafkaSink(RouteSink):
     # ------------------------------------------------------------------------- internals
     def _produce(self, topic: str, key: str, row: Any, headers: dict[str, str]) -> None:
         body = row["body"]
-        self._send(topic, key.encode("utf-8"), bytes(body) if body is not None else None,
-                   [(k, v.encode("utf-8")) for k, v in headers.items()], timestamp=int(row["timestamp"]))
+        if body is not None and type(body) is not bytes:
+            body = bytes(body)      # a bytearray or memoryview; bytes go as they are, uncopied
+        # str header values: the client encodes them (UTF-8) in C, faster than a Python loop.
+        self._send(topic, key.encode("utf-8"), body, list(headers.items()), timestamp=int(row["timestamp"]))
 
     def _send(self, topic: str, key: bytes, value: bytes | None, headers: Headers | None,
               timestamp: int = 0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..predicates import header_map
 from ..routes import DataError, Route, Routes, is_non_persistent, row_headers
 from .telemetry import BridgeTelemetry
 
@@ -36,7 +37,7 @@ class RouteSink:
         (``jms_bridge_routing_skipped_total{reason}``) and logged: a warning the first time per route
         and reason, then at debug level. A garbled hop count is a :class:`DataError`.
         """
-        headers = row_headers(row)
+        headers = header_map(row)
         reason = self.routes.loop_reason(headers, system)
         if reason is None and route.options.get("non-persistent") == "drop" and is_non_persistent(headers):
             reason = "non-persistent"
