@@ -69,6 +69,26 @@ def batch_end_offsets(query_checkpoint: Path, batch_id: int) -> dict[tuple[str, 
     return {(t, p): n for t, parts in offsets.items() for p, n in enumerate(parts)}
 
 
+def warm_state(spark: Any, table: Path) -> threading.Thread:
+    """Have Delta compute ``table``'s latest state (and its ``txnAppId`` versions) in a background thread.
+
+    ``DESCRIBE DETAIL`` counts the table's files, which needs the state Delta caches per table
+    version; the next write's idempotence check then finds it computed. Nothing depends on it
+    finishing: a failure (the JVM stopping, say) only means the next write computes it itself.
+    """
+    path = str(table).replace("`", "``")
+
+    def warm() -> None:
+        try:
+            spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            log.debug("warming the table's state failed: %s", str(exc).splitlines()[:1])
+
+    thread = threading.Thread(target=warm, name="toymb-delta-state", daemon=True)
+    thread.start()
+    return thread
+
+
 class DeltaSink:
     """Writes micro-batches to the Delta journal table, once per batch id, fenced by a lease epoch."""
 
@@ -161,24 +181,9 @@ class DeltaSink:
             self.on_batch(rows, batch_id, False)
 
     def _warm_state(self, spark: Any) -> None:
-        """Have Delta compute the table's new state (and its ``txnAppId`` versions) in the background.
-
-        ``DESCRIBE DETAIL`` counts the table's files, which needs the state Delta caches per table
-        version; the next write's idempotence check then finds it. Nothing depends on it finishing:
-        a failure (the JVM stopping, say) only means the next write computes the state itself.
-        """
-        if self._warming is not None and self._warming.is_alive():
-            return
-        path = str(self.table).replace("`", "``")
-
-        def warm() -> None:
-            try:
-                spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()
-            except Exception as exc:  # noqa: BLE001 - an optimisation only
-                log.debug("warming the table's state failed: %s", str(exc).splitlines()[:1])
-
-        self._warming = threading.Thread(target=warm, name="toymb-delta-state", daemon=True)
-        self._warming.start()
+        """Start :func:`warm_state` for the table, unless the previous one is still at work."""
+        if self._warming is None or not self._warming.is_alive():
+            self._warming = warm_state(spark, self.table)
 
     def _last_commit_rows(self) -> int:
         try:
