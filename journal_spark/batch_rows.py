@@ -106,9 +106,12 @@ def read_ranges_jdbc(spark: Any, store: JdbcStore, groups: Sequence[Sequence[Ran
     return with_header_map(typed)
 
 
-def _source_offsets(path: Path) -> Offsets:
-    """Our source's offsets in one entry of Spark's offset log ("v1", batch metadata, the offset)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+def logged_offsets(query_checkpoint: Path, batch_id: int) -> Offsets:
+    """Our source's end offsets of ``batch_id`` in Spark's offset log, written before the batch runs.
+
+    An entry's lines are "v1", the batch's metadata, then each source's offset (we have one).
+    """
+    lines = (query_checkpoint / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
     offsets: Offsets = json.loads(lines[2])
     return offsets
 
@@ -119,11 +122,10 @@ def batch_offsets(query_checkpoint: Path, batch_id: int) -> tuple[Offsets, Offse
     Raises:
         JournalError: the offset log or the initial offset is missing (not a checkpoint of ours).
     """
-    log = query_checkpoint / "offsets"
     try:
-        end = _source_offsets(log / str(batch_id))
+        end = logged_offsets(query_checkpoint, batch_id)
         if batch_id > 0:
-            start = _source_offsets(log / str(batch_id - 1))
+            start = logged_offsets(query_checkpoint, batch_id - 1)
         else:
             start = json.loads((query_checkpoint / INITIAL_OFFSET_FILE).read_text(encoding="utf-8"))
     except (OSError, IndexError, ValueError) as exc:

@@ -28,7 +28,6 @@ the next one and reads its rows; the next write finds it computed (:meth:`DeltaS
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -63,10 +62,10 @@ def split_version(version: int) -> tuple[int, int]:
 
 
 def batch_end_offsets(query_checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
-    """The source's end offsets of ``batch_id``, from Spark's offset log (written before the batch runs)."""
-    lines = (query_checkpoint / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
-    offsets: dict[str, list[int]] = json.loads(lines[2])   # "v1", the batch metadata, our source's offset
-    return {(t, p): n for t, parts in offsets.items() for p, n in enumerate(parts)}
+    """The source's end offsets of ``batch_id``, per (topic, partition), from Spark's offset log."""
+    from .batch_rows import logged_offsets
+
+    return {(t, p): n for t, parts in logged_offsets(query_checkpoint, batch_id).items() for p, n in enumerate(parts)}
 
 
 def warm_state(spark: Any, table: Path) -> threading.Thread:
