@@ -55,7 +55,8 @@ COPY --from=build /src /src
 RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
  && /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
-# The journal table's Delta Lake jars, fetched from Maven Central by the project's own script;
+# The journal table's Delta Lake jars and the stores' JDBC drivers, fetched from Maven Central by
+# the project's own script;
 # Maven and its JDK stay in this stage.
 FROM runtime AS delta-jars
 USER root

@@ -7,7 +7,10 @@ envelope rows in micro-batches of ``journal_max_rows`` (20,000): routing, key an
 conversion, one transaction per batch with its markers. Spark's own overhead (the store source)
 is not in this figure; it is the journal's, measured by the journal benchmark.
 
-Target: ``ratio_bridge_vs_bare_producer`` >= 0.5.
+Target: ``ratio_bridge_vs_bare_producer`` >= 0.7. The same ratio on CPU time
+(``ratio_cpu_bare_vs_bridge``: the process's CPU seconds per record, librdkafka's threads included)
+is printed beside it: on a shared machine the wall-clock rates swing with other processes' load,
+the CPU each record costs much less.
 """
 
 from __future__ import annotations
@@ -53,14 +56,14 @@ def _delete(*topics: str) -> None:
             pass
 
 
-def bare_producer(topic: str, rows: list[dict[str, Any]]) -> float:
-    """Records per second of a plain confluent-kafka producer sending the same records."""
+def bare_producer(topic: str, rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(records per second, CPU seconds) of a plain confluent-kafka producer sending the same records."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": BOOTSTRAP, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "partitioner": "murmur2_random",
                          "queue.buffering.max.messages": 200000})
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for row in rows:
         headers = {**row["headers"], "jmsbridge.origin": "bare", "jmsbridge.hops": "1"}
         while True:
@@ -72,11 +75,11 @@ def bare_producer(topic: str, rows: list[dict[str, Any]]) -> float:
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0
-    return len(rows) / (time.perf_counter() - start)
+    return len(rows) / (time.perf_counter() - start), time.process_time() - cpu
 
 
-def bridge(topic: str, rows: list[dict[str, Any]]) -> float:
-    """Records per second through the bridge sink (transaction + markers per 20,000-row batch)."""
+def bridge(topic: str, rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(records per second, CPU seconds) through the bridge sink (transaction + markers per 20,000-row batch)."""
     from journal_spark.bridges.kafka import KafkaSink
     from journal_spark.routes import load_routes
 
@@ -86,12 +89,12 @@ def bridge(topic: str, rows: list[dict[str, Any]]) -> float:
                         f"routes.o.predicate=msg.address==orders\nroutes.o.dest.topic={topic}\n"
                         "routes.o.conv.key=msg.header.CorrelationId\n")
         sink = KafkaSink(load_routes(path))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for batch_id, lo in enumerate(range(0, len(rows), BATCH)):
         sink.write_rows(rows[lo:lo + BATCH], batch_id)
-    rate = len(rows) / (time.perf_counter() - start)
+    rate, cpu = len(rows) / (time.perf_counter() - start), time.process_time() - cpu
     sink.close()
-    return rate
+    return rate, cpu
 
 
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
@@ -101,20 +104,24 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
     bare_topic, bridge_topic = f"bench-bare-{suffix}", f"bench-bridge-{suffix}"
     _create(bare_topic, bridge_topic)
     try:
-        bare = bare_producer(bare_topic, rows)
-        bridged = bridge(bridge_topic, rows)
-        bare_again = bare_producer(bare_topic, rows)   # interleaved, so load drift hits both sides
+        bare, bare_cpu = bare_producer(bare_topic, rows)
+        bridged, bridge_cpu = bridge(bridge_topic, rows)
+        bare_again, bare_cpu_again = bare_producer(bare_topic, rows)   # interleaved: load drift hits both
     finally:
         _delete(bare_topic, bridge_topic)
     ceiling = (bare + bare_again) / 2
+    ceiling_cpu = (bare_cpu + bare_cpu_again) / 2
     results: dict[str, Any] = {
         "quick": quick, "records": count, "body_bytes": 200, "partitions": PARTITIONS, "batch_rows": BATCH,
         "bare_producer_msgs_per_s": ceiling, "bridge_msgs_per_s": bridged,
-        "ratio_bridge_vs_bare_producer": bridged / ceiling, "target_ratio": 0.5,
+        "ratio_bridge_vs_bare_producer": bridged / ceiling, "target_ratio": 0.7,
+        "cpu_us_per_record_bare": ceiling_cpu / count * 1e6, "cpu_us_per_record_bridge": bridge_cpu / count * 1e6,
+        "ratio_cpu_bare_vs_bridge": ceiling_cpu / bridge_cpu,
         "peak_rss_mb": own_peak_rss_mb(),
     }
     report("Kafka bridge egress", results)
-    bars = {"bridge / bare producer": results["ratio_bridge_vs_bare_producer"], "target": 0.5}
+    bars = {"bridge / bare producer": results["ratio_bridge_vs_bare_producer"],
+            "same, on CPU per record": results["ratio_cpu_bare_vs_bridge"], "target": 0.7}
     write_results(out_dir, "kafka_bridge", results, bars)
     return results
 

@@ -18,6 +18,7 @@ went through a real Artemis bridge continues its list.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 __all__ = ["FIELDS", "ID_LIST_ALIASES", "ID_LIST_HEADER", "JMS_API_NAME", "field_of_name", "find_header",
@@ -38,6 +39,7 @@ ID_LIST_ALIASES = ("AMQ_BRIDGE_MSG_ID_LIST",)
 _BY_LOWER = {**{f.lower(): f for f in FIELDS}, **{api.lower(): f for f, api in JMS_API_NAME.items()}}
 
 
+@functools.lru_cache(maxsize=4096)   # bridges ask per message, for a handful of names
 def field_of_name(name: str) -> str | None:
     """The seed's field name (``CorrelationId``) for any spelling of a JMS header field, else None.
 
@@ -53,6 +55,7 @@ def jms_field(header: str) -> str | None:
     return field_of_name(header) if header[:4].lower() == "jms." else None
 
 
+@functools.lru_cache(maxsize=4096)
 def header_candidates(name: str) -> tuple[str, ...]:
     """The header names ``msg.header.<name>`` looks for, in order (the exact name first)."""
     field = field_of_name(name)

@@ -26,7 +26,6 @@ from .errors import JavaMissing, JournalFailed, PortInUse, UnsharedStore
 from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
-from .schema import with_header_map
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +35,13 @@ class Sink(Protocol):
 
     ``write_batch`` must be idempotent per ``batch_id``: Spark calls it again with the same id and
     the same rows after a crash. ``start`` is where a brand-new checkpoint begins:
-    ``journaled`` (what the Parquet journal holds), ``earliest`` or ``latest``.
+    ``journaled`` (what the journal table holds), ``earliest`` or ``latest``. An ``ordered``
+    sink gets each Spark task's rows in (topic, partition, offset) order.
     """
 
     name: str
     start: str
+    ordered: bool
 
     def write_batch(self, df: Any, batch_id: int) -> None: ...
 
@@ -133,10 +134,10 @@ def _on_loopback(master: str) -> bool:
 
 def with_delta(builder: Any) -> Any:
     """``builder`` with Delta Lake's jars and SQL extension, tuned for small, frequent commits."""
-    from .delta_jars import delta_jars
+    from .delta_jars import journal_jars
     from .table import STATS_COLUMNS
 
-    return (builder.config("spark.jars", ",".join(delta_jars()))
+    return (builder.config("spark.jars", ",".join(journal_jars()))
             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
             # Per-batch cost: rebuilding the table's state ran 50 tasks (the default partitions)
@@ -194,20 +195,39 @@ def _measured(sink: Sink, metrics: JournalMetrics) -> Callable[[Any, int], None]
     return write
 
 
-def start_query(spark: Any, settings: Settings, sink: Sink, metrics: JournalMetrics, *, once: bool) -> Any:
-    """Start the streaming query feeding ``sink``; its checkpoint is ``<checkpoint_dir>/<sink.name>``."""
+def journal_stream(spark: Any, store_url: str, query_checkpoint: Path, sink: Sink, *, max_rows: int,
+                   write: Callable[[Any, int], None] | None = None) -> Any:
+    """A stream writer (trigger not set yet) feeding ``sink``'s micro-batches, checkpointed at ``query_checkpoint``.
+
+    The store source only plans the batches; each batch's rows are read in the JVM by Spark's
+    JDBC reader (:mod:`.batch_rows`) and handed to ``write`` (default ``sink.write_batch``).
+    """
+    from .batch_rows import BatchReader
     from .source import register_private_format
 
+    reader = BatchReader(spark, store_url, query_checkpoint, tasks=spark.sparkContext.defaultParallelism,
+                         ordered=getattr(sink, "ordered", False))
+    deliver = write or sink.write_batch
+
+    def on_batch(_planned: Any, batch_id: int) -> None:
+        deliver(reader.read(batch_id), batch_id)
+
     stream = (spark.readStream.format(register_private_format(spark, sink.name))
-              .option("url", settings.effective_database_url)
-              .option("max_rows", str(settings.journal_max_rows))
+              .option("url", store_url)
+              .option("max_rows", str(max_rows))
               .option("start", getattr(sink, "start", "journaled"))
-              .option("parallelism", str(spark.sparkContext.defaultParallelism))
+              .option("plan_only", "true")
+              .option("checkpoint", str(query_checkpoint))
               .load())
-    stream = with_header_map(stream)
-    writer = (stream.writeStream.queryName(f"toymb-{sink.name}")
-              .option("checkpointLocation", str(Path(settings.effective_checkpoint_dir) / sink.name))
-              .foreachBatch(_measured(sink, metrics)))
+    return (stream.writeStream.queryName(f"toymb-{sink.name}")
+            .option("checkpointLocation", str(query_checkpoint)).foreachBatch(on_batch))
+
+
+def start_query(spark: Any, settings: Settings, sink: Sink, metrics: JournalMetrics, *, once: bool) -> Any:
+    """Start the streaming query feeding ``sink``; its checkpoint is ``<checkpoint_dir>/<sink.name>``."""
+    writer = journal_stream(spark, settings.effective_database_url,
+                            Path(settings.effective_checkpoint_dir).resolve() / sink.name, sink,
+                            max_rows=settings.journal_max_rows, write=_measured(sink, metrics))
     if once:
         writer = writer.trigger(availableNow=True)
     else:

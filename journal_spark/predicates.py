@@ -18,14 +18,19 @@ from typing import Any
 from .header_names import find_header
 
 
-def row_headers(row: Any) -> dict[str, str]:
-    """The row's headers as a dict, whatever shape Spark or Arrow gave them."""
+def header_map(row: Any) -> Mapping[str, str]:
+    """The row's headers to look up, not to change (no copy when Spark gave a dict already)."""
     raw = row["headers"]
     if raw is None:
         return {}
-    if isinstance(raw, Mapping):
-        return dict(raw)
+    if type(raw) is dict or isinstance(raw, Mapping):   # the type test first: it is the bridges' hot loop
+        return raw
     return dict(raw)   # list of (key, value) pairs, from Arrow's to_pylist
+
+
+def row_headers(row: Any) -> dict[str, str]:
+    """The row's headers as a dict of its own, whatever shape Spark or Arrow gave them."""
+    return dict(header_map(row))
 
 
 def field_of(row: Any, operand: str) -> str | None:
@@ -42,7 +47,7 @@ def field_of(row: Any, operand: str) -> str | None:
     elif operand == "msg.id":
         value = row["id"]
     else:
-        value = find_header(row_headers(row), operand[len("msg.header."):])
+        value = find_header(header_map(row), operand[len("msg.header."):])
     return value
 
 

@@ -15,13 +15,21 @@ Options (all strings, as Spark passes them):
                  ``earliest`` or ``latest``
     topics       comma-separated topics to read (default: all)
     parallelism  most Spark tasks per micro-batch (default 2)
+    plan_only    ``true``: plan micro-batches but read no rows (the job reads them in the JVM,
+                 :mod:`journal_spark.batch_rows`); default ``false``
+    checkpoint   the query's checkpoint folder: the initial offset is kept there (required with
+                 ``plan_only``, whose reader finds a batch's offsets there)
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -50,6 +58,7 @@ Offsets = dict[str, list[int]]
 
 FORMAT = "toymb"
 MIN_TASK_ROWS = 5000      # a micro-batch smaller than this is one Spark task
+INITIAL_OFFSET_FILE = "toymb-initial-offset.json"   # inside the query's Spark checkpoint folder
 
 
 class RangesPartition(InputPartition):
@@ -101,6 +110,28 @@ def advance(start: Offsets, ends: Offsets, max_rows: int | None) -> Offsets:
     for (topic, p), take in grants.items():
         result[topic][p] += take
     return result
+
+
+def keep_initial_offset(query_checkpoint: Path, compute: Callable[[], Offsets]) -> Offsets:
+    """The checkpoint's initial offset: the one kept there, or ``compute()``, kept once and for all.
+
+    Spark asks a source for its initial offset again when a query restarts before its first batch
+    committed, and a ``journaled`` start may have moved by then: the first answer is the one that
+    counts, for Spark's plan and for the reader of the batch's rows alike.
+    """
+    path = query_checkpoint / INITIAL_OFFSET_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        tmp.write_text(json.dumps(compute()), encoding="utf-8")
+        try:
+            os.link(tmp, path)          # the first writer wins; a concurrent one reads the winner's
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    offsets: Offsets = json.loads(path.read_text(encoding="utf-8"))
+    return offsets
 
 
 def plan_ranges(start: Offsets, end: Offsets, tasks: int) -> list[list[Range]]:
@@ -166,6 +197,11 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         listed = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
         self.topics = frozenset(listed) if listed else None
         self.parallelism = max(1, int(options.get("parallelism", "2")))
+        self.plan_only = options.get("plan_only", "false").lower() == "true"
+        checkpoint = options.get("checkpoint", "")
+        self.checkpoint = Path(checkpoint) if checkpoint else None
+        if self.plan_only and self.checkpoint is None:
+            raise ValueError("the toymb source's plan_only option needs its checkpoint option")
         self._store: JournalStore | None = None
         self._target: Offsets | None = None
 
@@ -179,6 +215,11 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._store
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - the name Spark calls
+        if self.checkpoint is not None:
+            return keep_initial_offset(self.checkpoint, self._initial_offset)
+        return self._initial_offset()
+
+    def _initial_offset(self) -> Offsets:
         if self.start_mode == "latest":
             return read_end_offsets(self.store, self.topics)
         if self.start_mode == "earliest":
@@ -213,6 +254,8 @@ class StoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = read_end_offsets(self.store, self.topics)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if self.plan_only:
+            return []   # no Spark task, no Python worker: foreachBatch reads the rows itself
         return [RangesPartition(group) for group in plan_ranges(start, end, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -19,12 +19,17 @@ means we were fenced. After writing, it checks that the commit is its own.
 
 After the commit the sink records the batch's end offsets (from the query's own offset log) in
 ``toymb_journal_offsets``, for retention and the lag, only ever moving them forward.
+
+Per-batch cost. Delta looks ``txnAppId`` up in the table's state, which it computes with a Spark
+job once per table version: about half of a small batch's time. Right after its commit, the sink
+has Delta compute the new version's state in the background, while Spark records the batch, plans
+the next one and reads its rows; the next write finds it computed (:meth:`DeltaSink._warm_state`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -57,10 +62,30 @@ def split_version(version: int) -> tuple[int, int]:
 
 
 def batch_end_offsets(query_checkpoint: Path, batch_id: int) -> dict[tuple[str, int], int]:
-    """The source's end offsets of ``batch_id``, from Spark's offset log (written before the batch runs)."""
-    lines = (query_checkpoint / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
-    offsets: dict[str, list[int]] = json.loads(lines[2])   # "v1", the batch metadata, our source's offset
-    return {(t, p): n for t, parts in offsets.items() for p, n in enumerate(parts)}
+    """The source's end offsets of ``batch_id``, per (topic, partition), from Spark's offset log."""
+    from .batch_rows import logged_offsets
+
+    return {(t, p): n for t, parts in logged_offsets(query_checkpoint, batch_id).items() for p, n in enumerate(parts)}
+
+
+def warm_state(spark: Any, table: Path) -> threading.Thread:
+    """Have Delta compute ``table``'s latest state (and its ``txnAppId`` versions) in a background thread.
+
+    ``DESCRIBE DETAIL`` counts the table's files, which needs the state Delta caches per table
+    version; the next write's idempotence check then finds it computed. Nothing depends on it
+    finishing: a failure (the JVM stopping, say) only means the next write computes it itself.
+    """
+    path = str(table).replace("`", "``")
+
+    def warm() -> None:
+        try:
+            spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()
+        except Exception as exc:  # noqa: BLE001 - an optimisation only
+            log.debug("warming the table's state failed: %s", str(exc).splitlines()[:1])
+
+    thread = threading.Thread(target=warm, name="toymb-delta-state", daemon=True)
+    thread.start()
+    return thread
 
 
 class DeltaSink:
@@ -68,6 +93,7 @@ class DeltaSink:
 
     name = "table"
     start = "journaled"   # a fresh checkpoint resumes where the journal already is
+    ordered = False       # Delta sorts each task's rows by its partition columns itself
 
     def __init__(self, table_dir: str | Path, checkpoint_dir: str | Path, store: JournalRepository | None,
                  epoch: Callable[[], int] = lambda: 0,
@@ -90,6 +116,7 @@ class DeltaSink:
                 tmp.unlink(missing_ok=True)
         self.app_id = app_file.read_text(encoding="utf-8").strip()
         self._log: Any = None
+        self._warming: threading.Thread | None = None
 
     def _delta_log(self) -> Any:
         """The table's log through delta-rs, brought up to date (reads only the new commits)."""
@@ -145,11 +172,17 @@ class DeltaSink:
         if now != version:
             raise Fenced(f"batch {batch_id} was not committed under epoch {epoch}: the table's last "
                          f"version for this journal is {now} (another journal process took over)")
+        self._warm_state(df.sparkSession)
         rows = self._last_commit_rows()
         self._record(batch_id)
         log.info("batch %d: %d rows into the table in %.2fs", batch_id, rows, time.perf_counter() - started)
         if self.on_batch:
             self.on_batch(rows, batch_id, False)
+
+    def _warm_state(self, spark: Any) -> None:
+        """Start :func:`warm_state` for the table, unless the previous one is still at work."""
+        if self._warming is None or not self._warming.is_alive():
+            self._warming = warm_state(spark, self.table)
 
     def _last_commit_rows(self) -> int:
         try:

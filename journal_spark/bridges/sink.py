@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..predicates import header_map
 from ..routes import DataError, Route, Routes, is_non_persistent, row_headers
 from .telemetry import BridgeTelemetry
 
@@ -20,6 +21,7 @@ class RouteSink:
     """A journal sink serving some of the routes of one routes file."""
 
     name: str
+    ordered = True   # a bridge sends each partition's messages in offset order
 
     def __init__(self, routes: Routes, telemetry: BridgeTelemetry | None = None) -> None:
         self.routes = routes
@@ -35,7 +37,7 @@ class RouteSink:
         (``jms_bridge_routing_skipped_total{reason}``) and logged: a warning the first time per route
         and reason, then at debug level. A garbled hop count is a :class:`DataError`.
         """
-        headers = row_headers(row)
+        headers = header_map(row)
         reason = self.routes.loop_reason(headers, system)
         if reason is None and route.options.get("non-persistent") == "drop" and is_non_persistent(headers):
             reason = "non-persistent"

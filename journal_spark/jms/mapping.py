@@ -46,6 +46,7 @@ Properties
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,6 +78,7 @@ _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _TEXT_TYPES = ("text/",)
 
 
+@functools.lru_cache(maxsize=8192)   # per header of every bridged message; names repeat
 def encode_name(name: str) -> str:
     """A legal JMS property name for the header name ``name`` (reversible, see the module doc)."""
     out: list[str] = []

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from broker.store.journal import JournalStore
-from journal_spark.schema import with_header_map
+from journal_spark.job import journal_stream
 from journal_spark.source import read_end_offsets
 from journal_spark.table import DeltaSink
 from tests.journal.conftest import assert_journal_matches, fill_store
@@ -25,13 +25,14 @@ def test_journal_over_a_database_server(spark: Any, request: pytest.FixtureReque
     store = fill_store(url, {"orders": (5, 2500), "audit": (2, 500)})
     journal = JournalStore(url, pooled=False)
     sink = DeltaSink(tmp_path / "journal", tmp_path / "ck", journal)
-    query = (spark.readStream.format("toymb").option("url", url).option("max_rows", "1000").load()
-             .transform(with_header_map).writeStream
-             .option("checkpointLocation", str(tmp_path / "ck" / DeltaSink.name))
-             .foreachBatch(sink.write_batch).trigger(availableNow=True).start())
+    # The job's own stream: the source plans, Spark's JDBC reader reads each batch's rows.
+    batches: list[int] = []
+    query = journal_stream(spark, url, tmp_path / "ck" / DeltaSink.name, sink, max_rows=1000,
+                           write=lambda df, batch_id: (batches.append(batch_id), sink.write_batch(df, batch_id)))
+    query = query.trigger(availableNow=True).start()
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None, query.exception()
-    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3
+    assert len(batches) >= 3
     assert_journal_matches(tmp_path / "journal", store)
     ends = read_end_offsets(JournalStore.of(store))
     assert journal.journaled_offsets() == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
