@@ -24,6 +24,7 @@ from typing import Any
 import requests
 
 from bench.common import BenchNode, own_peak_rss_mb, peak_rss_mb, report, write_results
+from bench.peers import drain_stomp_queue
 from journal_spark.jms.config import ingress_configs
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.ingress import JmsIngress
@@ -112,13 +113,7 @@ def run(quick: bool, out_dir: Path) -> dict[str, Any]:
             once = _ingress(tmp, node.url, sink_q.removeprefix("/queue/"), "in-once", "ONCE_AND_ONLY_ONCE", n)
             node_rss = peak_rss_mb(node.pid)
             stored = _topic_count(node.url, "in-dup") + _topic_count(node.url, "in-once")
-        drain = StompClient(STOMP).connect()      # empty the last queue so ActiveMQ stays small
-        try:
-            drain.subscribe(bare_tx_q, "d", ack="auto", headers={"activemq.prefetchSize": "1000"})
-            while drain.receive(1.0) is not None:
-                pass
-        finally:
-            drain.close()
+        drain_stomp_queue(bare_tx_q)  # empty the last queue so ActiveMQ stays small
     results = {
         "messages": n, "body_bytes": 256,
         "bare_send_msgs_per_s": bare, "bare_transactional_msgs_per_s": bare_tx,
