@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 # when it claimed the topic: then the writer drops its cached offsets of the topic before assigning
 # any, and runs what was returned once the transaction committed (the claim is believed from then).
 class FenceCheck(Protocol):
+    """The writer's cluster fence (:class:`broker.cluster.fencing.Fence`), as described above."""
+
     def lock(self, txn: AppendTx, topics: Sequence[str]) -> None:
         """Lock the claims of all ``topics`` of the transaction at once, before they are checked."""
     def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None: ...

@@ -174,8 +174,8 @@ class HardenedChannel(HTTPChannel):  # type: ignore[misc]
     def _answer_inline(self, request: Any, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         """Send an inline request's answer (any thread), then hand the next request to a worker."""
         head = "".join(f"{name}: {value}\r\n" for name, value in headers)
-        head = (f"HTTP/1.1 {status}\r\n{head}Server: {self.adj.ident}\r\n"
-                f"Date: {build_http_date(time.time())}\r\n\r\n")
+        server = f"Server: {self.adj.ident}\r\n" if self.adj.ident else ""  # as waitress's own answers
+        head = f"HTTP/1.1 {status}\r\n{head}{server}Date: {build_http_date(time.time())}\r\n\r\n"
         try:
             self.write_soon(head.encode("latin-1") + body)
         except ClientDisconnected:

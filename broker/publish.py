@@ -26,7 +26,7 @@ def check_name(name: Any, what: str = "topic") -> str:
 
 
 class PendingPublish(NamedTuple):
-    """A publish handed to the writer: :meth:`Publisher.answer` it when ``future`` resolves."""
+    """A publish handed to the writer: :meth:`Publisher.finish` it when ``future`` resolves."""
 
     started: float
     is_batch: bool
