@@ -14,7 +14,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -25,17 +24,6 @@ from .errors import JmsConnectionError
 
 log = logging.getLogger(__name__)
 _counter = itertools.count(1)
-# STOMP 1.2 header escaping (what stomp.py's Protocol12 does to every header of a SEND).
-_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
-SEND_MANY_CHUNK = 256 * 1024   # bytes of frames written to the socket at once
-
-
-def encode_send(destination: str, body: bytes, headers: dict[str, str], transaction: str) -> bytes:
-    """One STOMP 1.2 SEND frame, as stomp.py would write it (escaped headers, no content-length added)."""
-    lines = [f"{k.translate(_ESCAPES)}:{v.translate(_ESCAPES)}\n" for k, v in headers.items()
-             if k not in ("destination", "transaction")]
-    head = f"SEND\ndestination:{destination.translate(_ESCAPES)}\ntransaction:{transaction.translate(_ESCAPES)}\n"
-    return b"".join((head.encode(), "".join(lines).encode(), b"\n", body, b"\x00"))
 
 
 @dataclass(slots=True)
@@ -215,27 +203,6 @@ class StompClient:
         self._call("SEND", conn.send, destination, body, headers=hdrs)
         if rid:
             self.wait_receipt(rid)
-
-    def send_many(self, frames: Iterable[tuple[str, bytes, dict[str, str]]], transaction: str) -> int:
-        """SEND each (destination, body, headers) in ``transaction``, frames packed into few socket writes.
-
-        The same frames as :meth:`send`'s, without stomp.py's per-frame encoding, listener calls
-        and system call: the egress sends thousands per transaction. Returns how many were sent.
-        """
-        conn = self._check()
-        chunk: list[bytes] = []
-        size = count = 0
-        for destination, body, headers in frames:
-            frame = encode_send(destination, body, headers, transaction)
-            chunk.append(frame)
-            size += len(frame)
-            count += 1
-            if size >= SEND_MANY_CHUNK:
-                self._call("SEND", conn.transport.send, b"".join(chunk))
-                chunk, size = [], 0
-        if chunk:
-            self._call("SEND", conn.transport.send, b"".join(chunk))
-        return count
 
     def begin(self, transaction: str) -> None:
         self._call("BEGIN", self._check().begin, transaction)
