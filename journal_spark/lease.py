@@ -27,7 +27,7 @@ from collections.abc import Callable
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from broker.store.sql import open_engine
+from broker.store.sql import create_tables, open_engine
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ class JournalLease:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch = 0
         self._engine = open_engine(url, pooled=False)
-        METADATA.create_all(self._engine, checkfirst=True)
+        # Two journal processes start together: one creates the table, the other must not fail.
+        create_tables(self._engine, METADATA.create_all)
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired (or ours); on success ``epoch`` is the new epoch."""

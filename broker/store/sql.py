@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +73,21 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
     return create_engine(url, poolclass=NullPool, **options)
 
 
+def create_tables(engine: Engine, create: Callable[[Connection], None]) -> None:
+    """Run ``create`` (which creates missing tables) under the schema lock, retrying when another
+    process raced it: safe when several processes start on one database at once."""
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn, dialects.schema_lock(conn):
+                create(conn)
+            return
+        except (IntegrityError, OperationalError) as exc:  # another process raced us
+            if attempt == 4:
+                raise
+            log.debug("creating tables, retry: %s", exc)
+            time.sleep(0.2 * (attempt + 1))
+
+
 class Store:
     """Topics, messages and end offsets in one SQL database (SQLite, PostgreSQL or MariaDB)."""
 
@@ -87,24 +102,18 @@ class Store:
 
     def create_schema(self) -> None:
         """Create missing tables; safe to call from several processes at once."""
-        for attempt in range(5):
-            try:
-                with self.engine.begin() as conn, dialects.schema_lock(conn):
-                    upgrading = inspect(conn).has_table(messages.name) and not inspect(conn).has_table(
-                        message_ids.name)
-                    schema.metadata.create_all(conn)
-                    if upgrading:
-                        # A store from before toymb_message_ids held every id in toymb_messages (unique
-                        # per topic): index them all, so that ids published before stay idempotent.
-                        conn.execute(message_ids.insert().from_select(
-                            ["topic", "id", "partition", "offset"],
-                            select(messages.c.topic, messages.c.id, messages.c.partition, messages.c.offset)))
-                return
-            except (IntegrityError, OperationalError) as exc:  # another process raced us
-                if attempt == 4:
-                    raise
-                log.debug("create_schema retry: %s", exc)
-                time.sleep(0.2 * (attempt + 1))
+
+        def create(conn: Connection) -> None:
+            upgrading = inspect(conn).has_table(messages.name) and not inspect(conn).has_table(message_ids.name)
+            schema.metadata.create_all(conn)
+            if upgrading:
+                # A store from before toymb_message_ids held every id in toymb_messages (unique
+                # per topic): index them all, so that ids published before stay idempotent.
+                conn.execute(message_ids.insert().from_select(
+                    ["topic", "id", "partition", "offset"],
+                    select(messages.c.topic, messages.c.id, messages.c.partition, messages.c.offset)))
+
+        create_tables(self.engine, create)
 
     def drop_schema(self) -> None:
         """Drop every table of the broker (tests and benchmarks start from an empty database)."""

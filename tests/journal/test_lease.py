@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,26 @@ def test_as_of_reads_iso_times_and_epoch_ms() -> None:
     assert parse_as_of("1700000000000").timestamp() == 1_700_000_000
     assert parse_as_of("2023-11-14T22:13:20").timestamp() == 1_700_000_000    # UTC unless it says so
     assert parse_as_of("2023-11-14T23:13:20+01:00").timestamp() == 1_700_000_000
+
+
+
+def test_processes_starting_together_all_get_the_lease_table(tmp_path: Path) -> None:
+    """Two journal processes started at once both created the table; the second failed with
+    'table toymb_journal_lease already exists' (seen in CI). Every starter must come up."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(5):  # a fresh database each round: the race is at the first creation
+        url = f"sqlite:///{tmp_path / f'race{round_}.db'}"
+        start = ctx.Barrier(4)
+        procs = [ctx.Process(target=_open_lease, args=(url, start)) for _ in range(4)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(60)
+        assert [p.exitcode for p in procs] == [0] * 4
+
+
+def _open_lease(url: str, start: Any) -> None:
+    start.wait(30)
+    JournalLease(url, period_ms=1000).try_acquire()
