@@ -148,6 +148,7 @@ class JsonErrorTask(ErrorTask):  # type: ignore[misc]
 class HardenedChannel(HTTPChannel):  # type: ignore[misc]
     parser_class = StrictParser
     error_task_class = JsonErrorTask
+    current_outbuf_count: int   # waitress's: bytes written to the connection's newest output buffer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -180,6 +181,12 @@ class HardenedChannel(HTTPChannel):  # type: ignore[misc]
             self.write_soon(head.encode("latin-1") + body)
         except ClientDisconnected:
             pass
+        with self.outbuf_lock:
+            # As waitress's service() does after each answer: the next answer starts a new output
+            # buffer. A buffer is only emptied by being closed, so one shared by every answer of a
+            # keep-alive connection grew by each answer over 8 KiB, up to 16 MiB per connection.
+            if self.current_outbuf_count > 0:
+                self.current_outbuf_count = self.adj.outbuf_high_watermark
         request.close()
         with self.requests_lock:
             if self.requests and self.requests[0] is request:

@@ -131,3 +131,31 @@ def test_a_large_body_still_goes_to_a_worker_and_is_stored(node: NodeProcess, tm
     assert len(body) > INLINE_MAX_BYTES
     status, _, answer = exchange(node, request("large", body))[0]
     assert status == 201 and len(answer["messages"]) == 200
+
+
+def anonymous_rss_kib(node: NodeProcess) -> int:
+    assert node.proc is not None
+    for line in Path(f"/proc/{node.proc.pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/<pid>/status")
+
+
+def test_a_long_keep_alive_connection_does_not_hoard_its_answers(node: NodeProcess) -> None:
+    # Answers over 8 KiB once shared one output buffer per connection, which only ever grew: each
+    # keep-alive publisher held every answer it had been sent, up to 16 MiB.
+    topic = "t" * 200
+    exchange(node, request(topic, b'{"body": 0}'))
+    answered = 0
+    with socket.create_connection(("127.0.0.1", node.port), timeout=20) as sock:
+        for round_ in range(500):
+            if round_ == 150:  # past the warm-up: imports, caches and the allocator's first arenas
+                before, answered = anonymous_rss_kib(node), 0
+            batch = {"messages": [{"id": f"{round_}-{i}-" + "i" * 180, "body": i} for i in range(60)]}
+            sock.sendall(request(topic, json.dumps(batch).encode()))
+            status, headers, _ = read_replies(sock, 1)[0]
+            assert status == 201
+            answered += int(headers["content-length"])
+        grown = anonymous_rss_kib(node) - before
+    assert answered > 8 << 20
+    assert grown < (answered >> 10) // 3, f"the node grew by {grown} KiB while sending {answered >> 10} KiB of answers"
