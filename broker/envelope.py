@@ -35,6 +35,11 @@ _ALL_DIGITS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * 19
 
 
+def may_hold_long_integer(raw: bytes) -> bool:
+    """Whether ``raw`` has 19 or more digits in a row: an integer there may not fit in 64 bits."""
+    return _LONG_DIGITS in raw.translate(_ALL_DIGITS_ZERO)
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -81,7 +86,7 @@ def strict_json(raw: bytes | str) -> Any:
     document with 19 or more digits in a row, and every document orjson refuses, goes through the
     standard library, which keeps such integers exact and names what is wrong.
     """
-    if isinstance(raw, bytes) and _LONG_DIGITS not in raw.translate(_ALL_DIGITS_ZERO):
+    if isinstance(raw, bytes) and not may_hold_long_integer(raw):
         try:
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -112,6 +117,20 @@ def _stdlib_strict_json(raw: bytes | str) -> Any:
     if check_text or data.count(b"[") + data.count(b"{") > MAX_JSON_DEPTH:
         _check_tree(value, check_text)
     return value
+
+
+def parse_json(raw: bytes, *, required: bool = True) -> Any:
+    """A request body's JSON (None when empty and not ``required``), or BadRequest naming what is wrong."""
+    if not raw:
+        if required:
+            raise BadRequest("the request needs a JSON body", code="bad_json")
+        return None
+    try:
+        return strict_json(raw)
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8", code="bad_json") from None
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}", code="bad_json") from None
 
 
 @dataclass(frozen=True)

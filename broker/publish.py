@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from driver.names import NAME_PATTERN, is_name
 
 from .enrichers import TopicEnricher, load_enrichers
-from .envelope import Limits, NewMessage, decode_body, new_ids, parse_message
+from .envelope import Limits, NewMessage, decode_body, new_ids, parse_json, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
+from .publish_decode import decode_publish
 
 if TYPE_CHECKING:
     from .appender import Appender, Stored
@@ -65,6 +66,13 @@ class Publisher:
             return [parse_message(item, self.limits, new_id, now_ms) for item, new_id in pairs], True
         return [parse_message(payload, self.limits)], False
 
+    def read(self, raw: bytes) -> tuple[list[NewMessage], bool]:
+        """The messages of a publish body as sent, and whether it was a batch: what
+        :meth:`parse_payload` gives for the body's JSON, decoded natively when it is plainly valid
+        (:mod:`broker.publish_decode`)."""
+        decoded = decode_publish(raw, self.limits, self.settings.max_batch)
+        return decoded if decoded is not None else self.parse_payload(parse_json(raw))
+
     def enrich(self, topic: str, messages: list[NewMessage]) -> list[NewMessage]:
         enrichers = self.enrichers.get(topic)
         if not enrichers:
@@ -100,11 +108,18 @@ class Publisher:
         messages, is_batch = self.parse_payload(payload)
         return self.answer(started, is_batch, self.append(topic_name, messages))
 
-    def begin(self, topic_name: str, payload: Any) -> PendingPublish:
-        """:meth:`publish` without waiting: validate and queue for the writer; :meth:`answer` the
-        stored coordinates once the future resolves. Only for a topic :meth:`answers_inline`."""
+    def publish_body(self, topic_name: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """:meth:`publish` for a body as sent (see :meth:`read`)."""
         started = time.perf_counter()
-        messages, is_batch = self.parse_payload(payload)
+        check_name(topic_name)
+        messages, is_batch = self.read(raw)
+        return self.answer(started, is_batch, self.append(topic_name, messages))
+
+    def begin(self, topic_name: str, raw: bytes) -> PendingPublish:
+        """:meth:`publish_body` without waiting: validate and queue for the writer; :meth:`answer`
+        the stored coordinates once the future resolves. Only for a topic :meth:`answers_inline`."""
+        started = time.perf_counter()
+        messages, is_batch = self.read(raw)
         topic = self.topics.get(topic_name)
         return PendingPublish(started, is_batch, self.appender.submit(topic, messages))
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flask import current_app, g, request
 
-from ..envelope import strict_json
+from ..envelope import parse_json
 from ..errors import BadRequest
 
 if TYPE_CHECKING:
@@ -41,20 +41,6 @@ def json_body(*, required: bool = True) -> Any:
 
 def _parse_body(*, required: bool) -> Any:
     return parse_json(request.get_data(cache=True), required=required)
-
-
-def parse_json(raw: bytes, *, required: bool = True) -> Any:
-    """A request body's JSON (None when empty and not ``required``), or BadRequest naming what is wrong."""
-    if not raw:
-        if required:
-            raise BadRequest("the request needs a JSON body", code="bad_json")
-        return None
-    try:
-        return strict_json(raw)
-    except UnicodeDecodeError:
-        raise BadRequest("the body is not UTF-8", code="bad_json") from None
-    except ValueError as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}", code="bad_json") from None
 
 
 def json_object(*, required: bool = True) -> dict[str, Any]:

@@ -6,8 +6,8 @@ middleware serves a publish that this node can answer itself, with the same rule
 
 - which route and role: the route table's own declaration of ``topics.publish``;
 - who may call: :meth:`broker.security.Authorizer.decide`, the rule Flask's guard applies;
-- what the body must be and how it is stored: :meth:`broker.publish.Publisher.publish`, the
-  handler's own call, with its limits and metrics;
+- what the body must be and how it is stored: :meth:`broker.publish.Publisher.publish_body`,
+  the handler's rules (:meth:`~broker.publish.Publisher.parse_payload`), limits and metrics;
 - how errors look: :func:`broker.api.answers.error_answer`, Flask's error handler's mapping.
 
 Everything else goes to Flask unchanged: other routes, a topic this node does not own (Flask
@@ -25,7 +25,6 @@ from werkzeug.datastructures import EnvironHeaders
 
 from ..errors import BadRequest, BrokerError
 from ..security.authz import Need
-from . import parse_json
 from .answers import error_answer
 from .fast_json import answer_bytes
 
@@ -71,7 +70,7 @@ class PublishFastPath:
         if topic is None or length is None or not self._allowed(environ, topic):
             return self.app(environ, start_response)
         try:
-            status, answer = self.node.publisher.publish(topic, parse_json(self._body(environ, length)))
+            status, answer = self.node.publisher.publish_body(topic, self._body(environ, length))
             headers: dict[str, str] = {}
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
             status, answer, headers = error_answer(exc, self.max_request)
@@ -93,7 +92,7 @@ class PublishFastPath:
             return False
         publisher = self.node.publisher
         try:
-            pending = publisher.begin(topic, parse_json(self._body(environ, length)))
+            pending = publisher.begin(topic, self._body(environ, length))
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
             respond(*self._answer(*error_answer(exc, self.max_request)))
             return True
