@@ -46,6 +46,11 @@ class _Listener(stomp.ConnectionListener):  # type: ignore[misc]
     def __init__(self, owner: StompClient) -> None:
         self.owner = owner
 
+    def on_connected(self, frame: stomp.utils.Frame) -> None:
+        with self.owner.lock:
+            self.owner.alive = True
+            self.owner.changed.notify_all()
+
     def on_message(self, frame: stomp.utils.Frame) -> None:
         body = frame.body if isinstance(frame.body, bytes) else str(frame.body).encode("utf-8")
         self.owner.inbox.put(Frame(dict(frame.headers), body))
@@ -115,15 +120,27 @@ class StompClient:
             conn.set_ssl(for_hosts=[(self.host, self.port)], ca_certs=ca, cert_file=cert, key_file=key)
         conn.set_listener("toymb", _Listener(self))
         headers = {"client-id": self.client_id} if self.client_id else {}
+        hint = " (TLS: is it a stomp+ssl port, and does the CA file sign its certificate?)" if self.ssl else ""
         try:
-            conn.connect(self.user, self.password, wait=True, headers=headers)
+            # Not stomp.py's wait=True: its wait for CONNECTED has no deadline.
+            conn.connect(self.user, self.password, wait=False, headers=headers)
         except (StompException, OSError) as exc:
             self._drop(conn)
-            hint = " (TLS: is it a stomp+ssl port, and does the CA file sign its certificate?)" if self.ssl else ""
-            raise JmsConnectionError(
-                f"cannot connect to {self.url}: {exc or type(exc).__name__}{hint}"
-            ) from None
-        self.conn, self.alive = conn, True
+            raise JmsConnectionError(f"cannot connect to {self.url}: {exc or type(exc).__name__}{hint}") from None
+        deadline = time.monotonic() + self.timeout
+        with self.lock:
+            while not self.alive and self.error is None and conn.transport.running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.changed.wait(min(left, 0.1))
+            alive, error, running = self.alive, self.error, conn.transport.running
+        if not alive:
+            self._drop(conn)
+            why = error or (f"no CONNECTED frame within {self.timeout:g} s" if running
+                            else "the server closed the connection before CONNECTED")
+            raise JmsConnectionError(f"cannot connect to {self.url}: {why}{hint}")
+        self.conn = conn
         return self
 
     @staticmethod

@@ -99,7 +99,8 @@ class FakeStompServer:
     """Records the CONNECT frame, answers CONNECTED (with the heart-beat it was asked for), then is
     silent: a peer that hangs without closing the socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bool = True) -> None:
+        self.answer = answer  # False: never answers the CONNECT frame
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.connect_frame = b""
@@ -113,6 +114,8 @@ class FakeStompServer:
         while b"\x00" not in data:
             data += conn.recv(4096)
         self.connect_frame = data
+        if not self.answer:
+            return
         beat = next((line.split(b":", 1)[1] for line in data.split(b"\n") if line.startswith(b"heart-beat:")),
                     b"0,0")
         conn.sendall(b"CONNECTED\nversion:1.2\nheart-beat:" + beat + b"\n\n\x00")
@@ -152,6 +155,19 @@ def test_vhost_and_heartbeats_go_on_the_wire_and_a_silent_server_is_a_lost_conne
         client.close()
     finally:
         quiet.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_never_answers_connect_is_a_connection_error() -> None:
+    # stomp.py's own wait for CONNECTED has no deadline: a broker that accepts the socket and then
+    # hangs held the connecting thread (an egress, an ingress, a test's sender) for ever.
+    mute = FakeStompServer(answer=False)
+    try:
+        with pytest.raises(JmsConnectionError, match="no CONNECTED frame"):
+            StompClient(f"stomp://127.0.0.1:{mute.port}", timeout=1).connect()
+        assert b"accept-version:1.2" in mute.connect_frame  # it did ask
+    finally:
+        mute.close()
 
 
 @pytest.mark.parametrize(("lines", "message"), [
