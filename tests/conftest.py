@@ -16,6 +16,7 @@ from broker.store import Store
 from broker.store.sql import normalize_url
 from journal_spark.jvm_archive import archive_path, java_options
 from tests.delivery.support import Receiver
+from tests.scheduling import expected_seconds
 from tests.support import ROOT, NodeProcess, need_service, own_database, worker_name
 
 # The JVMs the tests start (Spark's above all) live for seconds, not hours: C1 alone and the serial
@@ -127,33 +128,6 @@ def node_process(tmp_path: Path) -> Iterator[NodeProcess]:
     node.stop()
 
 
-# What the longest tests took in a CI run (`make test`: -n 4 on 2 cores, so about twice their time
-# alone), by test function name. Only the order of the run depends on these: a test missing
-# here counts as SLOW_S if marked slow, else FAST_S; a stale figure only makes the order less good.
-LONG_POLES_S = {
-    "test_schemathesis_finds_nothing": 230,
-    "test_sigkill_of_driver_and_worker_on_a_standalone_cluster": 205,
-    "test_sigkilled_journal_routes_each_message_exactly_once": 200,
-    "test_journal_job_sigkilled_three_times_during_jetstream_egress": 170,
-    "test_a_to_b_exactly_once_through_two_job_kills_and_a_restart_of_b": 160,
-    "test_sigkill_mid_batch_leaves_every_message_exactly_once": 135,
-    "test_standby_takes_over_from_a_sigkilled_leader_three_times": 130,
-    "test_journal_job_sigkilled_three_times_during_egress": 100,
-    "test_a_paused_former_leader_cannot_commit": 80,
-    "test_replay_after_wiping_the_store_restores_the_topic": 75,
-    "test_down_and_up_keeps_the_data": 85,
-    "test_the_journal_keeps_its_table_and_routes_orders_to_kafka": 60,
-    "test_publishes_through_every_node_reach_a_push_subscriber_on_the_compose_network": 35,
-    "test_hostile_values_in_every_position_of_every_route": 50,
-    "test_idle_toymb_push_subscribers_cost_nothing_and_expire_when_pushes_find_nobody": 42,
-    "test_activemq_killed_during_a_stream": 31,
-    "test_slow_receivers_do_not_delay_other_subscribers_or_publishers": 31,
-    "test_journal_over_a_database_server": 25,
-    "test_the_reference_decodes_what_python_encodes": 24,
-}
-SLOW_S, FAST_S = 15.0, 0.7
-
-
 def _group(item: pytest.Item) -> str | None:
     mark = item.get_closest_marker("xdist_group")
     if mark is None:
@@ -181,9 +155,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker set the fixture up again (the console's three-node cluster and browser up to 4 times).
 
     Longest work first: each test (or ``xdist_group``, which one worker runs as a whole) is ranked
-    by its expected seconds (``LONG_POLES_S``, a group by the sum of its tests), so the long poles
-    start at once and the run ends on short tests spread over every worker, not on a 4-minute test
-    that started late. xdist hands out work in this order (a group where its first test is).
+    by its expected seconds (``tests.scheduling.LONG_POLES_S``, a group by the sum of its tests), so
+    the long poles start at once and the run ends on short tests spread over every worker, not on a
+    4-minute test that started late. xdist hands out work in this order (a group where its first
+    test is).
     The tests on the in-process SparkSession share one worker, so only one such JVM is started.
     """
     for item in items:
@@ -193,14 +168,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             module = item.nodeid.split("::", 1)[0].removeprefix("tests/").removesuffix(".py")
             item.add_marker(pytest.mark.xdist_group(module))
 
-    def expected_s(item: pytest.Item) -> float:
-        default = SLOW_S if item.get_closest_marker("slow") is not None else FAST_S
-        return LONG_POLES_S.get(getattr(item, "originalname", item.name), default)
-
+    expected = expected_seconds((item.nodeid for item in items),
+                                slow=(item.nodeid for item in items if item.get_closest_marker("slow")))
     unit_s: dict[str, float] = {}
     for item in items:
         unit = _group(item) or item.nodeid
-        unit_s[unit] = unit_s.get(unit, 0.0) + expected_s(item)
+        unit_s[unit] = unit_s.get(unit, 0.0) + expected[item.nodeid]
     # Stable sort: equal estimates keep the collection order (fast tests stay by module).
     items.sort(key=lambda item: -unit_s[_group(item) or item.nodeid])
 

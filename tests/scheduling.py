@@ -1,0 +1,64 @@
+"""How ``pytest -n`` (pytest-xdist, ``--dist loadgroup``) spreads this suite: longest work first.
+
+The run is as long as its busiest worker. So the long tests start first,
+and the run ends on short tests spread over every worker. ``tests/conftest.py`` sorts the
+collection by ``expected_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+# What the longest tests took in a CI run (`make test`: -n 4 on 2 cores, so about twice their time
+# alone), by test function name; a parametrized test's figure is the sum over its parameters. Only
+# the order of the run depends on these: a test missing here counts as SLOW_S if marked slow, else
+# FAST_S; a stale figure only makes the order less good.
+LONG_POLES_S = {
+    "test_schemathesis_finds_nothing": 320,   # 30 operations, a test each
+    "test_sigkill_of_driver_and_worker_on_a_standalone_cluster": 195,
+    "test_sigkilled_journal_routes_each_message_exactly_once": 100,
+    "test_journal_job_sigkilled_three_times_during_jetstream_egress": 145,
+    "test_a_to_b_exactly_once_through_two_job_kills_and_a_restart_of_b": 120,
+    "test_sigkill_mid_batch_leaves_every_message_exactly_once": 145,
+    "test_standby_takes_over_from_a_sigkilled_leader_three_times": 145,
+    "test_journal_job_sigkilled_three_times_during_egress": 125,
+    "test_a_paused_former_leader_cannot_commit": 75,
+    "test_replay_after_wiping_the_store_restores_the_topic": 90,
+    "test_down_and_up_keeps_the_data": 70,
+    "test_the_journal_keeps_its_table_and_routes_orders_to_kafka": 70,
+    "test_publishes_through_every_node_reach_a_push_subscriber_on_the_compose_network": 75,
+    "test_hostile_values_in_every_position_of_every_route": 135,
+    "test_idle_toymb_push_subscribers_cost_nothing_and_expire_when_pushes_find_nobody": 75,
+    "test_activemq_killed_during_a_stream": 90,
+    "test_slow_receivers_do_not_delay_other_subscribers_or_publishers": 31,
+    "test_journal_over_a_database_server": 32,
+    "test_the_reference_decodes_what_python_encodes": 29,
+    "test_forwarded_long_polls_past_the_cap_are_answered_at_once_and_the_node_stays_responsive": 45,
+}
+SLOW_S, FAST_S = 15.0, 0.7
+
+
+def function_of(nodeid: str) -> tuple[str, str]:
+    """(``path::function``, function name) of a test id, without parameters or xdist's ``@group``."""
+    if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's own test (a parameter may hold an "@")
+        nodeid = nodeid.rsplit("@", 1)[0]
+    function = nodeid.split("[", 1)[0]
+    return function, function.rsplit("::", 1)[-1]
+
+
+def expected_seconds(nodeids: Iterable[str], slow: Iterable[str] = ()) -> dict[str, float]:
+    """What each test is expected to take under `make test`; ``slow`` holds the ids marked slow."""
+    ids = list(nodeids)
+    marked = set(slow)
+    parameters = Counter(function_of(nodeid)[0] for nodeid in ids)
+    expected = {}
+    for nodeid in ids:
+        function, name = function_of(nodeid)
+        figure = LONG_POLES_S.get(name)
+        if figure is not None:
+            expected[nodeid] = figure / parameters[function]
+        else:
+            expected[nodeid] = SLOW_S if nodeid in marked else FAST_S
+    return expected
+
