@@ -20,8 +20,9 @@ using up attempts, and if it stays unreachable for a lease period, or dead-lette
 
 Memory holds only a cache of SQL (positions, known ends): lanes are reloaded from the committed
 offsets whenever a topic becomes owned or a group rebalances, and a few groups at a time as a
-safety net. The scheduler looks only at subscribers that something happened to, so an idle
-subscriber costs nothing.
+safety net. Those reloads read SQL on a thread of their own, so a slow read never holds up the
+scheduler's next round. The scheduler looks only at subscribers that something happened to, so
+an idle subscriber costs nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class Dispatcher:
         self._extra_pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._worker = Worker("toymb-dispatcher", self._run)
+        # Reloads from SQL: on the scheduler's thread they delayed every push behind them (tens of
+        # milliseconds every refresh tick on a busy node, the tail of push latency).
+        self._reloader = Worker("toymb-dispatcher-reload", self._reload_run)
         self._state: dict[tuple[str, str], GroupLanes] = {}
         self._stale: set[tuple[str, str]] = set()
         self._loaded_at: dict[tuple[str, str], float] = {}
@@ -107,8 +111,10 @@ class Dispatcher:
         self._extra_pool = ThreadPoolExecutor(max_workers=self.settings.push_workers,
                                               thread_name_prefix="toymb-push-more")
         self._worker.start()
+        self._reloader.start()
 
     def stop(self) -> None:
+        self._reloader.stop()
         self._worker.stop()
         for pool in (self._pool, self._extra_pool):
             if pool is not None:
@@ -139,7 +145,7 @@ class Dispatcher:
         """Reload a group from SQL now (its members or assignment changed)."""
         with self._lock:
             self._stale.add((topic, group))
-        self._worker.wake.set()
+        self._reloader.wake.set()
 
     def push_state(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Where push stands for each group this node dispatches: failing lanes and backing-off subscribers.
@@ -169,6 +175,17 @@ class Dispatcher:
     def _run(self) -> None:
         while not self._worker.stopping.is_set():
             try:
+                due = self._schedule(time.monotonic())
+            except Exception:
+                log.exception("dispatcher round failed")
+                due = time.monotonic() + 1.0
+            self._worker.wake.wait(max(0.001, due - time.monotonic()))
+            self._worker.wake.clear()
+
+    def _reload_run(self) -> None:
+        """The reloads' thread: invalidated groups at once, and every REFRESH_S the refresh."""
+        while not self._reloader.stopping.is_set():
+            try:
                 now = time.monotonic()
                 if now >= self._refresh_at:
                     self._refresh_at = now + REFRESH_S
@@ -178,13 +195,11 @@ class Dispatcher:
                         stale, self._stale = self._stale, set()
                     for topic, group in stale:
                         self._reload(topic, group)
-                due = self._schedule(time.monotonic())
             except Exception:
-                log.exception("dispatcher round failed")
-                due = time.monotonic() + 1.0
-            timeout = min(due, self._refresh_at) - time.monotonic()
-            self._worker.wake.wait(max(0.001, timeout))
-            self._worker.wake.clear()
+                log.exception("dispatcher reload failed")
+            self._worker.wake.set()  # what was reloaded may have rounds to start
+            self._reloader.wake.wait(max(0.001, self._refresh_at - time.monotonic()))
+            self._reloader.wake.clear()
 
     def _refresh_all(self) -> None:
         """Load groups that became pushable here, drop gone ones, and re-read a few of the others.
@@ -226,6 +241,7 @@ class Dispatcher:
         with self._lock:
             if self._seeks.get((topic, group), 0) != seeks:
                 self._stale.add((topic, group))  # read before a seek: read again
+                self._reloader.wake.set()
                 return
             if not members:
                 self._state.pop((topic, group), None)
@@ -542,6 +558,13 @@ class Dispatcher:
         """Take the lease of a subscriber that keeps failing, so its partitions move to the others."""
         log.warning("push subscriber %s of %s/%s keeps failing: revoking its lease", target.sub.id,
                     state.topic, state.group)
+        with self._lock:
+            # No further round for it: the reload that moves its partitions runs on another thread.
+            if state.targets.get(target.sub.id) is target:
+                del state.targets[target.sub.id]
+            for lane in state.lanes.values():
+                if lane.holder == target.sub.id:
+                    lane.holder = None
         self.groups.revoke(target.sub.id)
         try:
             count = self.topics.get(state.topic).partitions
