@@ -243,8 +243,7 @@ class JmsSink(RouteSink):
         tx = f"toymb-{batch_id}-{self._tx}"
         marker = json.dumps({"batch": batch_id, "next": merged}, separators=(",", ":")).encode()
         client.begin(tx)
-        for destination, frame in frames:
-            client.send(destination, frame.body, frame.headers, transaction=tx)
+        client.send_many(((destination, frame.body, frame.headers) for destination, frame in frames), tx)
         client.send(self.marker_queue, marker, {"persistent": "true", "content-length": str(len(marker))},
                     transaction=tx)
         for ack in self.held:
