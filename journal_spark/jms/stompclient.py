@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 _counter = itertools.count(1)
 # STOMP 1.2 header escaping (what stomp.py's Protocol12 does to the values of every frame but CONNECT).
 _ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"})
-SEND_MANY_CHUNK = 256 * 1024   # bytes of packed SEND frames handed to the transport at once
+SEND_MANY_CHUNK = 64 * 1024   # bytes of packed SEND frames handed to the transport at once
 
 
 @functools.lru_cache(maxsize=256)    # a transaction's frames go to a few destinations

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 from stomp.utils import parse_frame
@@ -13,7 +14,7 @@ from stomp.utils import parse_frame
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.mapping import decode_name, encode_name
 from journal_spark.jms.stompclient import encode_send
-from journal_spark.routes import load_routes
+from journal_spark.routes import DataError, load_routes
 from tests.bridges_jms.conftest import drain, unique, write_routes
 
 
@@ -154,3 +155,24 @@ def test_loop_prevention_and_hops(activemq: str, tmp_path: Path) -> None:
     frames = drain(f"/queue/{queue}", 1)
     assert [f.body for f in frames] == [b"hello 2"]
     assert frames[0].headers["jmsbridge_DOT_hops"] == "3"
+
+
+def test_a_row_refused_mid_transaction_fails_the_batch_and_sends_none_of_it(activemq: str, tmp_path: Path) -> None:
+    """Rows are converted while the frames before them are written: under ``routing.on-error=fail``
+    a bad row in the middle of a transaction stops the batch, and the rows already written are
+    rolled back with the connection. The batch replayed without the bad row exports each once."""
+    queue = unique("midfail")
+    bridge = unique("bridge")
+    extra = ["routes.out.conv.key=msg.header.k"]          # routing.on-error defaults to fail
+    rows = [row(i, headers={"k": f"k{i}"}) for i in range(400)]
+    rows[300] = row(300, headers={})                      # no key: a DataError under on-error=fail
+    sink = sink_for(tmp_path, queue, bridge, extra)
+    try:
+        with pytest.raises(DataError, match="no msg.header.k"):
+            sink.write_rows(rows, 0)
+        rows[300] = row(300, headers={"k": "k300"})
+        assert sink.write_rows(rows, 0) == 400               # Spark replays the batch
+    finally:
+        sink.close()
+    bodies = [f.body.decode() for f in drain(f"/queue/{queue}", 400, idle=1.0)]
+    assert sorted(bodies) == sorted(f"hello {i}" for i in range(400))
