@@ -175,9 +175,9 @@ def send_all(destination: str, items: list[tuple[bytes, dict[str, str]]], url: s
 
 
 def drain(destination: str, expect: int, idle: float = 2.0, timeout: float = 60.0,
-          headers: dict[str, str] | None = None) -> list[Frame]:
+          headers: dict[str, str] | None = None, url: str = STOMP_URL) -> list[Frame]:
     """Consume (and ack) ``destination`` until ``expect`` frames came and then ``idle`` s of silence."""
-    client = connect()
+    client = connect(url=url)
     frames: list[Frame] = []
     try:
         client.subscribe(destination, "drain", ack="client-individual",

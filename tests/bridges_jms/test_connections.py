@@ -95,6 +95,40 @@ def test_tls_refuses_a_server_the_ca_does_not_sign(tls_activemq: tuple[PrivateAc
         StompClient(f"stomp+ssl://127.0.0.1:{amq_b.ssl_port}", ssl_ca_file=str(other_ca), timeout=5).connect()
 
 
+@pytest.mark.xdist_group("private-activemq")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+def test_packed_sends_arrive_inside_their_transaction_in_order(tls_activemq: tuple[PrivateActiveMQ, Path],
+                                                                 tls: bool) -> None:
+    """``send_many`` writes its packed frames where stomp.py writes its own. Over TLS that is the
+    transport's I/O thread (written from the caller's thread they raced the BEGIN still queued
+    there: ActiveMQ's "Invalid transaction id", and the sink committed its marker past a message
+    it had lost); over a plain socket, under the transport's socket lock. Many one-message
+    transactions (the race), then one of several packed writes; a body with a NUL and no
+    content-length arrives whole."""
+    amq, ca = tls_activemq
+    queue = f"/queue/{unique('packed')}"
+    url = f"stomp+ssl://127.0.0.1:{amq.ssl_port}" if tls else amq.url
+    client = StompClient(url, ssl_ca_file=str(ca) if tls else None).connect()
+    sizes = [1] * 25 + [1500]
+    expected: list[bytes] = []
+    try:
+        for t, size in enumerate(sizes):
+            bodies = [f"{t}-{i}:".encode() + b"." * 300 for i in range(size)]
+            bodies[-1] += b"\x00after a NUL"
+            client.begin(f"tx-{t}")
+            sent = client.send_many(((queue, body, {"persistent": "true", "n": f"{t}:{i}\\"})
+                                     for i, body in enumerate(bodies)), f"tx-{t}")
+            client.commit(f"tx-{t}")
+            assert sent == size
+            expected += bodies
+    finally:
+        client.close()
+    frames = drain(queue, len(expected), idle=1.0, url=amq.url)
+    assert [f.body for f in frames] == expected
+    assert frames[-1].headers["n"] == "25:1499\\"
+
+
 class FakeStompServer:
     """Records the CONNECT frame, answers CONNECTED (with the heart-beat it was asked for), then is
     silent: a peer that hangs without closing the socket."""

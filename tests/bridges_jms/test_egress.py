@@ -6,12 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+import pytest
+from hypothesis import example, given
 from hypothesis import strategies as st
+from stomp.utils import parse_frame
 
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.mapping import decode_name, encode_name
-from journal_spark.routes import load_routes
+from journal_spark.jms.stompclient import encode_send
+from journal_spark.routes import DataError, load_routes
 from tests.bridges_jms.conftest import drain, unique, write_routes
 
 
@@ -29,6 +32,36 @@ def test_plain_identifiers_are_unchanged() -> None:
         assert encode_name(name) == name
     assert encode_name("trace.id") == "trace_DOT_id"
     assert encode_name("x-request-id") == "x_HYPHEN_request_HYPHEN_id"
+
+
+HEADER_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+HEADER_NAMES = HEADER_TEXT.filter(lambda n: n not in ("", "content-length", "destination", "transaction"))
+
+
+@given(st.dictionaries(HEADER_NAMES, HEADER_TEXT, max_size=6), st.binary(max_size=40), st.booleans())
+@example({"a\\b": "c:d", "e": "f\ng\rh\\"}, b"text", False)
+@example({"k": "a\\c"}, b"", False)      # raw, stomp.py would read "a:"
+@example({"k": "a\rb"}, b"", False)
+@example({"n": "1"}, b"bin\x00ary", False)
+@example({}, b"", False)
+def test_packed_send_frames_parse_back_whole(headers: dict[str, str], body: bytes, length: bool) -> None:
+    """Every name and value comes back from stomp.py's parser as it went in (':', '\\n', '\\r' and
+    '\\\\' escaped), and a body with a NUL gets a content-length even when none was asked for."""
+    if length:
+        headers = {**headers, "content-length": "999"}     # a stale length is corrected
+    frame = encode_send("/queue/a:b", body, headers, "tx\n1")
+    assert frame.endswith(b"\x00")
+    assert b"\r" not in frame.split(b"\n\n", 1)[0]
+    parsed = parse_frame(frame[:-1])
+    assert parsed.cmd == "SEND" and parsed.body == body
+    got = dict(parsed.headers)
+    assert (got.pop("destination"), got.pop("transaction")) == ("/queue/a:b", "tx\n1")
+    if length or b"\x00" in body:
+        assert got.pop("content-length") == str(len(body))
+    else:
+        assert b"\x00" not in frame[:-1]
+    headers.pop("content-length", None)
+    assert got == headers
 
 
 def row(i: int, topic: str = "orders", partition: int = 0, **extra: Any) -> dict[str, Any]:
@@ -122,3 +155,24 @@ def test_loop_prevention_and_hops(activemq: str, tmp_path: Path) -> None:
     frames = drain(f"/queue/{queue}", 1)
     assert [f.body for f in frames] == [b"hello 2"]
     assert frames[0].headers["jmsbridge_DOT_hops"] == "3"
+
+
+def test_a_row_refused_mid_transaction_fails_the_batch_and_sends_none_of_it(activemq: str, tmp_path: Path) -> None:
+    """Rows are converted while the frames before them are written: under ``routing.on-error=fail``
+    a bad row in the middle of a transaction stops the batch, and the rows already written are
+    rolled back with the connection. The batch replayed without the bad row exports each once."""
+    queue = unique("midfail")
+    bridge = unique("bridge")
+    extra = ["routes.out.conv.key=msg.header.k"]          # routing.on-error defaults to fail
+    rows = [row(i, headers={"k": f"k{i}"}) for i in range(400)]
+    rows[300] = row(300, headers={})                      # no key: a DataError under on-error=fail
+    sink = sink_for(tmp_path, queue, bridge, extra)
+    try:
+        with pytest.raises(DataError, match="no msg.header.k"):
+            sink.write_rows(rows, 0)
+        rows[300] = row(300, headers={"k": "k300"})
+        assert sink.write_rows(rows, 0) == 400               # Spark replays the batch
+    finally:
+        sink.close()
+    bodies = [f.body.decode() for f in drain(f"/queue/{queue}", 400, idle=1.0)]
+    assert sorted(bodies) == sorted(f"hello {i}" for i in range(400))
