@@ -241,12 +241,16 @@ class JmsSink(RouteSink):
         except BaseException:
             self.close()                       # with the connection, ActiveMQ rolls the transaction back
             raise
-        client.send(self.marker_queue, marker, {"persistent": "true", "content-length": str(len(marker))},
-                    transaction=tx)
         if self.awaited is not None:      # delivered meanwhile, most likely
             self._take_new_marker(client, self.awaited)
         for ack in self.held:
             client.ack(ack, transaction=tx)
+        # The marker goes last, with a receipt. ActiveMQ answers a SEND or ACK it refuses with an
+        # ERROR frame but keeps the connection, and would COMMIT the rest, marker included: past a
+        # message never queued. It answers frames in order, so the receipt (without an ERROR
+        # before it) proves that nothing of the transaction was refused.
+        client.send(self.marker_queue, marker, {"persistent": "true", "content-length": str(len(marker))},
+                    transaction=tx, receipt=True)
         client.commit(tx)
         self.done, self.held, self.awaited = merged, [], marker
         self.telemetry.routed(self.name, sent, counts.seconds)

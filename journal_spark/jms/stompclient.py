@@ -223,7 +223,8 @@ class StompClient:
             raise JmsConnectionError(f"{what} to {self.url} failed: {exc or type(exc).__name__}") from None
 
     def wait_receipt(self, receipt: str, timeout: float | None = None) -> None:
-        """Block until ActiveMQ confirmed the frame sent with ``receipt``."""
+        """Block until ActiveMQ confirmed the frame sent with ``receipt``; raise
+        :class:`JmsConnectionError` if it answered any frame with an ERROR first."""
         deadline = time.monotonic() + (timeout or self.timeout)
         with self.lock:
             while receipt not in self.receipts:
@@ -233,9 +234,11 @@ class StompClient:
                 if left <= 0:
                     break
                 self.changed.wait(left)
-            if receipt in self.receipts:
+            if receipt in self.receipts and not self.error:
                 self.receipts.discard(receipt)
                 return
+        # An ERROR frame before the receipt: ActiveMQ refused an earlier frame (it may keep the
+        # connection open after that): nothing sent since the last receipt can be trusted.
         self.alive = False
         raise JmsConnectionError(
             f"no receipt {receipt} from {self.url}" + (f": {self.error}" if self.error else "")

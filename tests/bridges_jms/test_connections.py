@@ -19,6 +19,7 @@ from journal_spark.jms.stompclient import StompClient
 from journal_spark.routes import load_routes
 from tests.bridges_jms.conftest import (
     PrivateActiveMQ,
+    connect,
     drain,
     make_certificate,
     send_all,
@@ -127,6 +128,29 @@ def test_packed_sends_arrive_inside_their_transaction_in_order(tls_activemq: tup
     frames = drain(queue, len(expected), idle=1.0, url=amq.url)
     assert [f.body for f in frames] == expected
     assert frames[-1].headers["n"] == "25:1499\\"
+
+
+@pytest.mark.timeout(60)
+def test_a_frame_refused_inside_a_transaction_fails_its_receipt(activemq: str) -> None:
+    """ActiveMQ answers a SEND it refuses (here: a transaction it does not know) with an ERROR frame
+    and keeps the connection. The egress's last frame before COMMIT carries a receipt: it must fail,
+    so the transaction is never committed past the refused message."""
+    queue = f"/queue/{unique('refused')}"
+    client = connect()
+    try:
+        client.begin("tx-real")
+        client.send(queue, b"kept", {"persistent": "true"}, transaction="tx-real")
+        client.send(queue, b"refused", {"persistent": "true"}, transaction="tx-unknown")
+        receipt = client.new_receipt()
+        client.send(queue, b"marker", {"persistent": "true", "receipt": receipt}, transaction="tx-real")
+        # Both answers are in (the ERROR first) before anyone waits: the receipt alone proves nothing.
+        wait_until(lambda: receipt in client.receipts and client.error is not None, timeout=20,
+                   what="the ERROR and the receipt")
+        with pytest.raises(JmsConnectionError, match="(?i)transaction"):
+            client.wait_receipt(receipt)
+    finally:
+        client.close()
+    assert drain(queue, 0, idle=1.0) == [], "closed uncommitted: ActiveMQ rolled the transaction back"
 
 
 class FakeStompServer:
