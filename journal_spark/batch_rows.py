@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from .errors import JournalError
-from .schema import SOURCE_SCHEMA, with_header_map
+from .schema import as_spark_schema
 from .source import INITIAL_OFFSET_FILE, Offsets, plan_ranges
 
 if TYPE_CHECKING:
@@ -103,15 +103,11 @@ def read_ranges_jdbc(spark: Any, store: JdbcStore, groups: Sequence[Sequence[Ran
 
     ``ordered`` sorts each task's rows by (topic, partition, offset), the order a bridge sends in.
     """
-    from pyspark.sql import functions as F
-
     predicates = [range_predicate(g) for g in groups if g] or ["1 = 0"]
     raw = spark.read.jdbc(store.url, TABLE, predicates=predicates, properties=store.properties)
     # The drivers type columns their own way (SQLite's are fetched as SQLITE_FETCH_TYPES).
-    typed = raw.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in SOURCE_SCHEMA.fields])
-    if ordered:
-        typed = typed.sortWithinPartitions("topic", "partition", "offset")
-    return with_header_map(typed)
+    typed = as_spark_schema(raw)
+    return typed.sortWithinPartitions("topic", "partition", "offset") if ordered else typed
 
 
 def logged_offsets(query_checkpoint: Path, batch_id: int) -> Offsets:

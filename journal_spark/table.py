@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 EPOCH_SHIFT = 32
 # Per-batch cost: only these columns get min/max statistics in the log (others are never filtered on).
 STATS_COLUMNS = "partition,offset,timestamp"
+# The ``date`` partition column, as SQL text: one call into the JVM per batch rather than four.
+DATE_SQL = "date_format(timestamp_millis(`timestamp`), 'yyyy-MM-dd')"
 
 
 class Fenced(JournalError):
@@ -164,7 +166,7 @@ class DeltaSink:
                     self.on_batch(0, batch_id, True)
                 return
         version = txn_version(epoch, batch_id)
-        dated = df.withColumn("date", F.date_format(F.timestamp_millis(F.col("timestamp")), "yyyy-MM-dd"))
+        dated = df.withColumn("date", F.expr(DATE_SQL))
         (dated.write.format("delta").mode("append").partitionBy("topic", "date")
          .option("txnAppId", self.app_id).option("txnVersion", str(version))
          .save(str(self.table)))

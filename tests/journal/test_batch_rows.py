@@ -81,7 +81,7 @@ def test_text_columns_arrive_exactly_as_stored(spark: Any, tmp_path: Path) -> No
     topic, _ = store.ensure_topic("tópico-日本", 1)
     appender = Appender(store)
     appender.start()
-    appender.append(topic, [NewMessage("ид-1", "ключ-é", {"värde": "naïve \"q\" \\ ✓"}, "text/plain; charset=ütf", b"x"),
+    appender.append(topic, [NewMessage("ид-1", "ключ-é", {"värde": 'naïve "q" \\ ✓'}, "text/plain; charset=ütf", b"x"),
                             NewMessage("id-2", None, {}, "application/octet-stream", b"\xff\x00")])
     appender.stop()
     groups = plan_ranges({}, read_end_offsets(JournalStore.of(store)), 2)
