@@ -186,6 +186,11 @@ class DeltaSink:
         if self._warming is None or not self._warming.is_alive():
             self._warming = warm_state(spark, self.table)
 
+    def settle(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the background state job (before Spark stops)."""
+        if self._warming is not None:
+            self._warming.join(timeout)
+
     def _last_commit_rows(self) -> int:
         try:
             metrics = self._log.history(1)[0].get("operationMetrics") or {}
