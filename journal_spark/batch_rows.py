@@ -40,8 +40,8 @@ FETCH_ROWS = 5000          # rows per JDBC fetch: a bounded buffer per task
 SQLITE_BUSY_MS = 30000     # a reader waits this long for a writer's checkpoint of the WAL
 # How Spark fetches SQLite's columns (its JDBC reader's ``customSchema``). By default text arrives
 # through getString, a Java String decoded from UTF-8 that Spark encodes back to UTF-8, and
-# BIGINT through getBigDecimal (SQLite reports it unsigned, DECIMAL(20,0)) and a cast: about a
-# tenth of a batch's read. As bytes and longs, each value is one copy; the cast to the source's
+# BIGINT through getBigDecimal (SQLite reports it unsigned, DECIMAL(20,0)) and a cast: a sixth
+# of the read's CPU (measured). As bytes and longs, each value is one copy; the cast to the source's
 # types then only wraps the bytes (SQLite keeps text as UTF-8).
 SQLITE_FETCH_TYPES = ", ".join([*(f"`{name}` BINARY" for name in ("id", "topic", "key", "headers", "content_type")),
                                 "`partition` INT", "`offset` BIGINT", "`timestamp` BIGINT"])
