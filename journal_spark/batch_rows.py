@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from .errors import JournalError
-from .schema import SOURCE_SCHEMA, with_header_map
+from .schema import as_spark_schema
 from .source import INITIAL_OFFSET_FILE, Offsets, plan_ranges
 
 if TYPE_CHECKING:
@@ -38,6 +38,13 @@ if TYPE_CHECKING:
 TABLE = "toymb_messages"
 FETCH_ROWS = 5000          # rows per JDBC fetch: a bounded buffer per task
 SQLITE_BUSY_MS = 30000     # a reader waits this long for a writer's checkpoint of the WAL
+# How Spark fetches SQLite's columns (its JDBC reader's ``customSchema``). By default text arrives
+# through getString, a Java String decoded from UTF-8 that Spark encodes back to UTF-8, and
+# BIGINT through getBigDecimal (SQLite reports it unsigned, DECIMAL(20,0)) and a cast: a sixth
+# of the read's CPU (measured). As bytes and longs, each value is one copy; the cast to the source's
+# types then only wraps the bytes (SQLite keeps text as UTF-8).
+SQLITE_FETCH_TYPES = ", ".join([*(f"`{name}` BINARY" for name in ("id", "topic", "key", "headers", "content_type")),
+                                "`partition` INT", "`offset` BIGINT", "`timestamp` BIGINT"])
 
 
 class UnsupportedStore(JournalError):
@@ -67,7 +74,8 @@ def jdbc_store(store_url: str) -> JdbcStore:
         # Spark's tasks may run in other working folders (a cluster's executors): an absolute path.
         path = os.path.abspath(url.database)
         return JdbcStore(f"jdbc:sqlite:{path}", {**props, "driver": "org.sqlite.JDBC",
-                                                  "busy_timeout": str(SQLITE_BUSY_MS)})
+                                                  "busy_timeout": str(SQLITE_BUSY_MS),
+                                                  "customSchema": SQLITE_FETCH_TYPES})
     auth = {k: v for k, v in (("user", url.username), ("password", url.password)) if v}
     where = f"//{url.host or '127.0.0.1'}{f':{url.port}' if url.port else ''}/{url.database or ''}"
     if backend == "postgresql":
@@ -95,15 +103,11 @@ def read_ranges_jdbc(spark: Any, store: JdbcStore, groups: Sequence[Sequence[Ran
 
     ``ordered`` sorts each task's rows by (topic, partition, offset), the order a bridge sends in.
     """
-    from pyspark.sql import functions as F
-
     predicates = [range_predicate(g) for g in groups if g] or ["1 = 0"]
     raw = spark.read.jdbc(store.url, TABLE, predicates=predicates, properties=store.properties)
-    # The drivers type columns their own way (SQLite's BIGINT arrives as DECIMAL(20,0)).
-    typed = raw.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in SOURCE_SCHEMA.fields])
-    if ordered:
-        typed = typed.sortWithinPartitions("topic", "partition", "offset")
-    return with_header_map(typed)
+    # The drivers type columns their own way (SQLite's are fetched as SQLITE_FETCH_TYPES).
+    typed = as_spark_schema(raw)
+    return typed.sortWithinPartitions("topic", "partition", "offset") if ordered else typed
 
 
 def logged_offsets(query_checkpoint: Path, batch_id: int) -> Offsets:

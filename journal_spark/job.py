@@ -275,6 +275,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     # A standby starts Spark before it has the lease: taking over then costs no JVM start.
     spark = build_session(settings.spark_master)
     queries: list[Any] = []
+    sinks: list[Sink] = []
     held = False
     try:
         if not lease.wait_acquire(stopping):
@@ -318,7 +319,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         log.info("journal stopped (%s while stopping)", type(exc).__name__)
         return 0
     finally:
-        _shutdown(queries, spark)
+        _shutdown(queries, sinks, spark)
         if held:
             lease.release()
         lease.dispose()
@@ -338,6 +339,7 @@ TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
                           "Concurrent update to the log",
                           "Multiple streaming jobs detected")
 MAX_TRANSIENT_RESTARTS = 8
+SETTLE_SECONDS = 10.0   # at most this long for a sink's background work when stopping
 
 
 def _spark_transient(error: Any) -> str | None:
@@ -362,13 +364,18 @@ def _halt_now(spark: Any, why: str) -> None:
     os._exit(75)   # EX_TEMPFAIL: a supervisor may start it again, as a standby
 
 
-def _shutdown(queries: list[Any], spark: Any) -> None:
-    """Stop the queries, then Spark; quietly, since the JVM may already be gone."""
+def _shutdown(queries: list[Any], sinks: list[Sink], spark: Any) -> None:
+    """Stop the queries, let the sinks' background work end, then stop Spark; quietly, since the JVM may be gone."""
     for query in queries:
         try:
             query.stop()
         except Exception as exc:  # noqa: BLE001 - stop the others anyway
             log.warning("stopping a query: %s", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
+    for sink in sinks:
+        # The table sink's state job after its last commit: Spark stopped under it logs errors.
+        settle = getattr(sink, "settle", None)
+        if settle is not None:
+            settle(SETTLE_SECONDS)
     try:
         spark.stop()
     except Exception as exc:  # noqa: BLE001

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from broker.appender import Appender
+from broker.envelope import NewMessage
 from broker.store.journal import JournalStore
+from broker.store.sql import Store
 from journal_spark.batch_rows import (
     BatchReader,
     UnsupportedStore,
@@ -67,6 +70,27 @@ def test_the_jdbc_reader_reads_exactly_the_planned_rows(spark: Any, tmp_path: Pa
         keys = [(r.topic, r.partition, r.offset) for r in part]
         assert keys == sorted(keys)
     assert read_ranges_jdbc(spark, jdbc_store(url), []).count() == 0
+    store.dispose()
+
+
+def test_text_columns_arrive_exactly_as_stored(spark: Any, tmp_path: Path) -> None:
+    """SQLite's text is fetched as bytes: non-ASCII names, keys and headers, and a missing key, survive it."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = Store(url)
+    store.create_schema()
+    topic, _ = store.ensure_topic("tópico-日本", 1)
+    appender = Appender(store)
+    appender.start()
+    appender.append(topic, [NewMessage("ид-1", "ключ-é", {"värde": 'naïve "q" \\ ✓'}, "text/plain; charset=ütf", b"x"),
+                            NewMessage("id-2", None, {}, "application/octet-stream", b"\xff\x00")])
+    appender.stop()
+    groups = plan_ranges({}, read_end_offsets(JournalStore.of(store)), 2)
+    rows = {r.id: r.asDict() for r in read_ranges_jdbc(spark, jdbc_store(url), groups).collect()}
+    assert rows.keys() == {"ид-1", "id-2"}
+    first, second = rows["ид-1"], rows["id-2"]
+    assert (first["topic"], first["key"], first["content_type"]) == ("tópico-日本", "ключ-é", "text/plain; charset=ütf")
+    assert dict(first["headers"]) == {"värde": 'naïve "q" \\ ✓'}
+    assert (second["key"], dict(second["headers"]), bytes(second["body"])) == (None, {}, b"\xff\x00")
     store.dispose()
 
 
