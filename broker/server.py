@@ -45,7 +45,7 @@ def serve(settings: Settings) -> None:
         header_timeout=settings.header_timeout_ms / 1000, max_request=settings.max_request,
         ident="toymb", clear_untrusted_proxy_headers=True,
     )
-    if isinstance(app.wsgi_app, PublishFastPath):
+    if settings.inline_publish and isinstance(app.wsgi_app, PublishFastPath):
         server.inline = app.wsgi_app.inline
     stopping = threading.Event()
 

@@ -24,7 +24,8 @@ Reply = tuple[int, dict[str, str], Any]
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    with NodeProcess(tmp_path_factory.mktemp("inline"), env={"TOYMB_MAX_BODY": "1048576"}) as proc:
+    with NodeProcess(tmp_path_factory.mktemp("inline"), env={"TOYMB_MAX_BODY": "1048576",
+                                                             "TOYMB_INLINE_PUBLISH": "true"}) as proc:
         yield proc
 
 
