@@ -185,6 +185,10 @@ class Dispatcher:
     def _reload_run(self) -> None:
         """The reloads' thread: invalidated groups at once, and every REFRESH_S the refresh."""
         while not self._reloader.stopping.is_set():
+            # Cleared before the work, not after the wait: an invalidation that lands while this
+            # pass runs keeps the event set, so the wait below returns at once (cleared after the
+            # wait, it was lost, and a subscriber's new secret waited for the rolling reloads).
+            self._reloader.wake.clear()
             try:
                 now = time.monotonic()
                 if now >= self._refresh_at:
@@ -199,7 +203,6 @@ class Dispatcher:
                 log.exception("dispatcher reload failed")
             self._worker.wake.set()  # what was reloaded may have rounds to start
             self._reloader.wake.wait(max(0.001, self._refresh_at - time.monotonic()))
-            self._reloader.wake.clear()
 
     def _refresh_all(self) -> None:
         """Load groups that became pushable here, drop gone ones, and re-read a few of the others.
@@ -214,10 +217,11 @@ class Dispatcher:
                 if pair not in wanted:
                     del self._state[pair]  # rounds in flight keep their own references
                     self._loaded_at.pop(pair, None)
+            invalidated = self._stale & wanted
             self._stale -= wanted
             fresh = [pair for pair in wanted if pair not in self._state]
             oldest = heapq.nsmallest(ROLLING_RELOADS, self._state, key=lambda pair: self._loaded_at.get(pair, 0.0))
-        for topic, group in sorted(fresh) + oldest:
+        for topic, group in dict.fromkeys(sorted(fresh) + sorted(invalidated) + oldest):
             self._reload(topic, group)
 
     def _reload(self, topic: str, group: str) -> None:
