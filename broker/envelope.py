@@ -27,6 +27,8 @@ BINARY_TYPE = "application/octet-stream"
 # JSON deeper than this is refused at the door (and delivered as base64 if it got in some other
 # way): every client library, and the broker's own renderer, can read it back.
 MAX_JSON_DEPTH = 128
+CONTENT_TYPE_MAX = 200   # longest content_type
+TIMESTAMP_END = 1 << 53  # a client's timestamp is below this (exact in a double)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # An integer this long may not fit in 64 bits, where orjson would read it as a float. Found by
 # mapping every digit to "0" and searching for the run: both run at memory speed, where a regex
@@ -283,7 +285,7 @@ def parse_message(obj: Any, limits: Limits, new_id: str | None = None, now_ms: i
     key = None if key is None else _string(key, "key", limits.max_id, allow_empty=True)
     content_type = obj.get("content_type")
     if content_type is not None:
-        content_type = _string(content_type, "content_type", 200)
+        content_type = _string(content_type, "content_type", CONTENT_TYPE_MAX)
     body, content_type = encode_body(obj, content_type)
     if len(body) > limits.max_body:
         raise PayloadTooLarge(f"body of {len(body)} bytes is over the limit of {limits.max_body}",
@@ -292,7 +294,7 @@ def parse_message(obj: Any, limits: Limits, new_id: str | None = None, now_ms: i
                          int(time.time() * 1000) if now_ms is None else now_ms, given_id)
     timestamp = obj.get("timestamp")
     if timestamp is not None:
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp < 1 << 53:
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not 0 <= timestamp < TIMESTAMP_END:
             raise BadRequest("timestamp must be milliseconds since the epoch", code="bad_field", field="timestamp")
         message.timestamp = timestamp
     return message

@@ -19,11 +19,18 @@ import time
 import msgspec
 import orjson
 
-from .envelope import MAX_JSON_DEPTH, Limits, NewMessage, encode_body, is_json_type, may_hold_long_integer, new_ids
+from .envelope import (
+    CONTENT_TYPE_MAX,
+    MAX_JSON_DEPTH,
+    TIMESTAMP_END,
+    Limits,
+    NewMessage,
+    encode_body,
+    is_json_type,
+    may_hold_long_integer,
+    new_ids,
+)
 from .errors import BrokerError
-
-_CONTENT_TYPE_MAX = 200   # parse_message's limit on content_type
-_TIMESTAMP_END = 1 << 53  # parse_message's bound on a client's timestamp (exact in a double)
 
 
 class _Message(msgspec.Struct, forbid_unknown_fields=True):
@@ -81,8 +88,8 @@ def _message(item: _Message, limits: Limits, depth: int, fresh_id: str, now_ms: 
     msg_id, key, content_type, headers = item.id, item.key, item.content_type, item.headers
     if ((msg_id is not None and not 0 < len(msg_id) <= limits.max_id)
             or (key is not None and len(key) > limits.max_id)
-            or (content_type is not None and not 0 < len(content_type) <= _CONTENT_TYPE_MAX)
-            or (item.timestamp is not None and not 0 <= item.timestamp < _TIMESTAMP_END)):
+            or (content_type is not None and not 0 < len(content_type) <= CONTENT_TYPE_MAX)
+            or (item.timestamp is not None and not 0 <= item.timestamp < TIMESTAMP_END)):
         return None
     if headers is None:
         headers = {}
