@@ -289,8 +289,10 @@ svc_launch() {
 svc_after_ports() {
     [[ -n "$LOG_OFFSET" ]] || return 0
     local deadline=$((SECONDS + 90))
-    until tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null \
-            | grep -q 'Kafka Server started'; do
+    # grep -q stops reading at the first match; in a pipe, tail would then die of
+    # SIGPIPE and pipefail would call the match a failure (it did once the log grew).
+    until grep -q 'Kafka Server started' \
+            < <(tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null); do
         if ((SECONDS >= deadline)) || ! pid_alive "$1"; then
             svc_start_failed "$1" "kafka did not finish starting (no 'Kafka Server started' in server.log)"
         fi
