@@ -19,10 +19,10 @@ went through a real Artemis bridge continues its list.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 __all__ = ["FIELDS", "ID_LIST_ALIASES", "ID_LIST_HEADER", "JMS_API_NAME", "field_of_name", "find_header",
-           "header_candidates", "jms_field"]
+           "header_candidates", "header_finder", "jms_field"]
 
 FIELDS = ("MessageId", "CorrelationId", "Type", "Priority", "Timestamp", "Expiration", "DeliveryMode",
           "ReplyTo", "Destination", "Redelivered")
@@ -70,12 +70,23 @@ def find_header(headers: Mapping[str, str], name: str) -> str | None:
 
     The JMS fields are also matched case-insensitively, so ``jms.correlationid`` is found too.
     """
-    for candidate in header_candidates(name):
-        if candidate in headers:
-            return headers[candidate]
-    field = field_of_name(name)
-    if field is not None:
-        for key, value in headers.items():
-            if key[:4].lower() == "jms." and field_of_name(key) == field:
-                return value
-    return None
+    return header_finder(name)(headers)
+
+
+@functools.lru_cache(maxsize=4096)
+def header_finder(name: str) -> Callable[[Mapping[str, str]], str | None]:
+    """:func:`find_header` for one ``name``, its candidates worked out once (the bridges' hot loop
+    looks up the same few names for every message)."""
+    candidates, field = header_candidates(name), field_of_name(name)
+
+    def find(headers: Mapping[str, str]) -> str | None:
+        for candidate in candidates:
+            if candidate in headers:
+                return headers[candidate]
+        if field is not None:
+            for key, value in headers.items():
+                if key[:4].lower() == "jms." and field_of_name(key) == field:
+                    return value
+        return None
+
+    return find

@@ -10,12 +10,13 @@ name (a pyspark ``Row``, a dict).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from .header_names import find_header
+from .header_names import header_finder
 
 
 def header_map(row: Any) -> Mapping[str, str]:
@@ -39,16 +40,26 @@ def field_of(row: Any, operand: str) -> str | None:
     ``msg.header.H`` finds ``H``, else ``jms.H``; a JMS header field by any of its spellings
     (``CorrelationId``, ``JMSCorrelationID``; see :mod:`journal_spark.header_names`).
     """
-    value: str | None
-    if operand == "msg.address":
-        value = row["topic"]
-    elif operand == "msg.key":
-        value = row["key"]
-    elif operand == "msg.id":
-        value = row["id"]
-    else:
-        value = find_header(header_map(row), operand[len("msg.header."):])
-    return value
+    return field_getter(operand)(row)
+
+
+@functools.lru_cache(maxsize=1024)
+def field_getter(operand: str) -> Callable[[Any], str | None]:
+    """:func:`field_of` for one operand, resolved once: predicates and ``conv.key`` keep theirs, so
+    a bridge's per-message lookups are one call, not a parse of the operand each time."""
+    column = _COLUMNS.get(operand)
+    if column is not None:
+        return lambda row: row[column]
+    find = header_finder(operand[len("msg.header."):])
+
+    def header(row: Any) -> str | None:
+        raw = row["headers"]
+        return find(raw) if type(raw) is dict else find(header_map(row))
+
+    return header
+
+
+_COLUMNS = {"msg.address": "topic", "msg.key": "key", "msg.id": "id"}
 
 
 @dataclass(frozen=True)
@@ -57,8 +68,13 @@ class Compare:
     op: str               # == | != | ^= (prefix)
     value: str
 
+    get: Callable[[Any], str | None] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "get", field_getter(self.operand))
+
     def __call__(self, row: Any) -> bool:
-        found = field_of(row, self.operand)
+        found = self.get(row)
         if self.op == "^=":
             return found is not None and found.startswith(self.value)
         equal = found == self.value

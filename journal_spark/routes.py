@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import JournalError
-from .predicates import AllOf, AnyOf, Compare, Predicate, field_of, parse_predicate, row_headers
+from .predicates import AllOf, AnyOf, Compare, Predicate, field_getter, parse_predicate, row_headers
 
 __all__ = [
     "CONTENT_TYPE_HEADER", "HOPS_HEADER", "MARKER_TOPIC", "MAX_HOPS", "ORIGIN_HEADER", "ON_ERROR_POLICIES",
@@ -171,7 +171,7 @@ class Route:
         """
         if self.conv_key is None:
             return str(row["id"])
-        value = field_of(row, self.conv_key)
+        value = field_getter(self.conv_key)(row)
         if value is None or value == "":
             raise DataError("no-key",
                             f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
