@@ -160,3 +160,39 @@ def test_a_long_keep_alive_connection_does_not_hoard_its_answers(node: NodeProce
         grown = anonymous_rss_kib(node) - before
     assert answered > 8 << 20
     assert grown < (answered >> 10) // 3, f"the node grew by {grown} KiB while sending {answered >> 10} KiB of answers"
+
+
+def node_has_read(node_port: int, client: socket.socket) -> bool:
+    """True once the node's end of ``client``'s connection holds no unread byte (/proc/net/tcp).
+
+    Loopback delivers into the node's socket at once, so an empty receive queue there means the
+    node's loop has read what ``client`` sent, and queued it before anything sent later.
+    """
+    client_port = client.getsockname()[1]
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port, remote_port = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16)
+        if (local_port, remote_port) == (node_port, client_port):
+            return int(fields[4].split(":")[1], 16) == 0
+    return False
+
+
+@pytest.mark.parametrize("inline", ["true", "false"])
+def test_the_setting_decides_whether_a_publish_needs_a_free_worker_thread(tmp_path: Path, inline: str) -> None:
+    """With one worker thread held by a long poll, an inline publish is still answered (and wakes
+    the long poll with its message); without inline publishes, it waits for the thread, and the
+    long poll ends empty."""
+    wait_ms = 6000
+    with NodeProcess(tmp_path, env={"TOYMB_THREADS": "1", "TOYMB_INLINE_PUBLISH": inline}) as proc:
+        exchange(proc, request("held", b'{"body": "before"}'))       # a worker creates the topic
+        sid = requests.post(f"{proc.url}/v1/topics/held/groups/g/subscribers", json={"mode": "pull"},
+                            timeout=10).json()["subscriber_id"]
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as poll:
+            poll.sendall(f"GET /v1/topics/held/groups/g/messages?subscriber={sid}&wait_ms={wait_ms} HTTP/1.1\r\n"
+                         "Host: x\r\n\r\n".encode())
+            wait_until(lambda: node_has_read(proc.port, poll), timeout=10, what="the node to read the long poll")
+            published, = exchange(proc, request("held", b'{"id": "during", "body": "d"}'))
+            polled, = read_replies(poll, 1)
+    assert published[0] == 201 and polled[0] == 200
+    got = [m["id"] for m in polled[2]["messages"]]
+    assert got == (["during"] if inline == "true" else [])
