@@ -5,7 +5,8 @@ connections (``jms.connection.<name>.<key>``) may sit beside it, each on its own
 
     jms.stomp.host=127.0.0.1     jms.stomp.port=61613     jms.stomp.user=...  jms.stomp.password=...
     jms.stomp.vhost=broker-a     # the STOMP ``host`` header of CONNECT (default: the host)
-    jms.stomp.heartbeat.ms=10000 # STOMP heart-beats both ways; a silent peer is a lost connection
+    jms.stomp.heartbeat.ms=5000  # STOMP heart-beats both ways (default 5000; 0: none); a silent
+                                 # peer is a lost connection, on either side (see below)
     jms.stomp.ssl=true           # TLS (ActiveMQ's stomp+ssl connector); the server's certificate is
     jms.stomp.ssl.ca.file=ca.pem #   checked against this CA file (default: the system's CAs)
     jms.stomp.ssl.cert.file=...  jms.stomp.ssl.key.file=...     # a client certificate, if wanted
@@ -22,6 +23,12 @@ message, unless the subscription asks for ``transformation: jms-json``; then the
 class path (``services/activemq.sh`` puts them there); a server without them drops the
 connection, so it is off by default. A StreamMessage or a bare Message still looks like an empty
 text message.
+
+Heart-beats are on by default because a bridge holds its marker (and an ingress its unacked
+messages) on its connection: a process that froze (a paused VM, a stopped former journal leader)
+keeps its TCP connection open, and without heart-beats ActiveMQ never takes them back, so the
+standby that took the journal lease could not export to JMS until the frozen one died. ActiveMQ
+closes a connection whose heart-beats stop after about three periods (15 s at 5000).
 
 A connection key that is not one of these, a route or ingress naming a connection that is not
 defined, a bad port or heartbeat, or a TLS file that cannot be read is refused at startup.
@@ -59,6 +66,9 @@ from .errors import JmsConfigError
 
 QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")
 DEFAULT_CONNECTION = "default"
+#: heart-beats both ways unless a connection says otherwise (see the module's docstring)
+DEFAULT_HEARTBEAT_MS = 5000
+
 CONNECTION_KEYS = ("host", "port", "user", "password", "vhost", "heartbeat.ms", "ssl", "ssl.ca.file",
                    "ssl.cert.file", "ssl.key.file", "client.id", "detect.types")
 _CONNECTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -74,7 +84,7 @@ class StompSettings:
     client_id: str | None = None
     name: str = DEFAULT_CONNECTION
     vhost: str | None = None
-    heartbeat_ms: int = 0
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     ssl: bool = False
     ssl_ca_file: str | None = None
     ssl_cert_file: str | None = None
@@ -168,7 +178,7 @@ def _connection(name: str, values: dict[str, str]) -> StompSettings:
     port = _int(values.get("port", "61613"), f"{prefix}port", where)
     if not 0 < port < 65536:
         raise JmsConfigError(f"{where}: {prefix}port must be a TCP port, not {port}")
-    heartbeat = _int(values.get("heartbeat.ms", "0"), f"{prefix}heartbeat.ms", where)
+    heartbeat = _int(values.get("heartbeat.ms", str(DEFAULT_HEARTBEAT_MS)), f"{prefix}heartbeat.ms", where)
     if heartbeat < 0 or 0 < heartbeat < 100:
         raise JmsConfigError(f"{where}: {prefix}heartbeat.ms must be 0 (none) or at least 100 ms, not {heartbeat}")
     ssl = _bool(values.get("ssl", "false"), f"{prefix}ssl", where)

@@ -13,7 +13,7 @@ import pytest
 
 from journal_spark.bridges.jms import build_sinks
 from journal_spark.bridges.telemetry import BridgeTelemetry
-from journal_spark.jms.config import jms_connections
+from journal_spark.jms.config import DEFAULT_HEARTBEAT_MS, jms_connections
 from journal_spark.jms.errors import JmsConfigError, JmsConnectionError
 from journal_spark.jms.stompclient import StompClient
 from journal_spark.routes import load_routes
@@ -252,3 +252,14 @@ def test_an_ingress_naming_an_undefined_connection_is_refused(tmp_path: Path) ->
     with pytest.raises(JmsConfigError, match="JMS ingress i: no JMS connection named 'nowhere'"):
         make_ingress(tmp_path, "http://127.0.0.1:1", "jms.queue=q", "t", **{"jms.connection": "nowhere"})
 
+
+
+def test_heartbeats_are_on_unless_a_connection_turns_them_off(tmp_path: Path) -> None:
+    """On by default: a frozen bridge's connection is then closed by ActiveMQ, which takes back its
+    marker (tests/journal/test_takeover.py shows the standby exporting meanwhile)."""
+    routes = load_routes(write_routes(tmp_path / "r.properties", [
+        "bridge.id=x", "jms.connection.b.host=127.0.0.1", "jms.connection.c.heartbeat.ms=0"]))
+    connections = jms_connections(routes.settings)
+    assert connections["default"].heartbeat_ms == connections["b"].heartbeat_ms == DEFAULT_HEARTBEAT_MS == 5000
+    assert connections["c"].heartbeat_ms == 0
+    assert connections["default"].client_options()["heartbeat_ms"] == 5000

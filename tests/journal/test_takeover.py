@@ -1,6 +1,6 @@
 """Standby takeover: two journal processes share the lease in the store; the active one is
 SIGKILLed three times while 20,000 messages go to the table and to Kafka; a paused former leader
-that wakes up cannot commit."""
+that wakes up cannot commit, to the table or to JMS."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import pytest
 
 from broker.appender import Appender
 from broker.store.sql import Store
+from tests.bridges_jms.conftest import activemq, unique, write_routes  # noqa: F401 - activemq: a fixture
+from tests.bridges_jms.test_faults import Collector
 from tests.bridges_kafka.conftest import append_orders, consume_all, create_topics, routes_file
-from tests.journal.conftest import assert_journal_matches, fill_store, sample_message
+from tests.journal.conftest import assert_journal_matches, fill_store, sample_message, store_rows
 from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
 from tests.support import wait_progressing, wait_until
 
@@ -145,14 +147,26 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
     store.dispose()
 
 
+@pytest.mark.usefixtures("activemq")
 def test_a_paused_former_leader_cannot_commit(tmp_path: Path) -> None:
+    """SIGSTOP the leader: the standby takes the lease and commits; the frozen one's JMS connection
+    (default heart-beats) is dropped by ActiveMQ, so the standby gets the marker and exports every
+    message to JMS exactly once while the former leader is still frozen; woken, it cannot commit."""
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
     store = fill_store(url, {"orders": (4, 3000)})
-    old = Journal(tmp_path, "old", url, "--max-rows", "500", "--master", "local[1]", lease_ms=3000).start()
-    new = Journal(tmp_path, "new", url, "--max-rows", "500", "--master", "local[1]", lease_ms=3000)
+    queue = unique("paused")
+    routes = write_routes(tmp_path / "routes.properties", [
+        f"bridge.id={unique('paused-bridge')}", "routing.start=earliest",
+        "routes.o.predicate=msg.address==orders", f"routes.o.dest.jms.queue={queue}"])
+    args = ("--routes", str(routes), "--max-rows", "500", "--master", "local[1]")
+    old = Journal(tmp_path, "old", url, *args, lease_ms=3000).start()
+    new = Journal(tmp_path, "new", url, *args, lease_ms=3000)
+    collector = Collector(f"/queue/{queue}")
+    collector.thread.start()
     try:
-        wait_progressing(lambda: table_epoch(tmp_path) == 1, lambda: _progress(tmp_path), stall=STALL_S,
-                         interval=0.1, what="the first leader committing")
+        wait_progressing(lambda: table_epoch(tmp_path) == 1 and len(collector.frames) > 0,
+                         lambda: (*_progress(tmp_path), len(collector.frames)), stall=STALL_S,
+                         interval=0.1, what="the first leader committing to the table and to JMS")
         old.signal(signal.SIGSTOP)   # a long GC pause, a frozen VM: its lease expires meanwhile
         new.start()
         wait_progressing(lambda: table_epoch(tmp_path) == 2, lambda: _progress(tmp_path), stall=STALL_S,
@@ -162,6 +176,10 @@ def test_a_paused_former_leader_cannot_commit(tmp_path: Path) -> None:
         topic, _ = store.ensure_topic("orders", 4)
         appender.append(topic, [sample_message(10_000 + i, random.Random(i)) for i in range(2000)])
         appender.stop()
+        # Progress is a commit or a message in JMS, not a log line: the standby logs each retry.
+        wait_progressing(lambda: len(collector.frames) >= 5000,
+                         lambda: (_progress(tmp_path)[-1], len(collector.frames)), stall=STALL_S, interval=0.5,
+                         what="every message in JMS while the former leader is frozen")
         old.signal(signal.SIGCONT)
         assert old.proc is not None
         code = old.proc.wait(STALL_S)
@@ -170,11 +188,21 @@ def test_a_paused_former_leader_cannot_commit(tmp_path: Path) -> None:
         wait_progressing(lambda: table_rows(tmp_path) >= 5000, lambda: _progress(tmp_path), stall=STALL_S,
                          interval=0.5, what="the new leader journaling everything")
         assert new.alive(), new.log_tail()
+        time.sleep(3)    # anything sent twice would arrive now
     finally:
         old.signal(signal.SIGCONT)
         old.kill()
         if new.alive():
             new.stop()
+        collector.stop.set()
+        collector.thread.join(10)
     assert table_epoch(tmp_path) == 2
     assert_journal_matches(tmp_path / "journal", store)
+    # Messages have no id in JMS: each is told by its body and its headers (JMS properties), and
+    # the fingerprints must be the store's, each as often (a few bodies repeat by chance).
+    expected = Counter((r["body"], r["headers"].get("n"), r["headers"].get("trace"))
+                       for r in store_rows(store).values())
+    got = Counter((f.body, f.headers.get("n"), f.headers.get("trace")) for f in collector.frames)
+    assert got == expected, (f"{(expected - got).total()} missing and {(got - expected).total()} extra "
+                             f"of {expected.total()} in JMS")
     store.dispose()
