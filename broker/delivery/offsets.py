@@ -5,6 +5,11 @@ later, merged with the other lanes of the group into one transaction. A push rou
 waits for a disk sync, and four subscribers of a group cost one commit instead of four. A crash loses at most the last
 few milliseconds of commits, which only means those messages are pushed again: delivery stays at
 least once. Commits only ever move offsets forward, so merging and retrying are harmless.
+
+For the same reason the commits themselves do not wait for the disk (``durable=False``: on
+SQLite no fsync of their own, see :meth:`broker.store.sql.Store.lazy_engine`). With a sync each,
+every push round added a disk flush under SQLite's single write lock between two publishes, and
+the next publish's commit waited for it.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ class OffsetCommitter:
                 batch, self._pending = self._pending, {}
             for (topic, group), offsets in batch.items():
                 try:
-                    self.groups.commit(topic, group, offsets)
+                    self.groups.commit(topic, group, offsets, durable=False)
                 except Exception as exc:  # noqa: BLE001 - keep them and retry; never lose an ack
                     log.warning("committing offsets of %s/%s failed, will retry: %s", topic, group, exc)
                     failed[(topic, group)] = offsets
