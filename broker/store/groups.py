@@ -180,11 +180,15 @@ class GroupStore:
         """Partition -> the group's next offset to deliver (one past the last acknowledged)."""
         return self._tables.committed(topic, group)
 
-    def commit(self, topic: str, group: str, next_offsets: dict[int, int]) -> int:
-        """Move committed offsets forward (never back); returns how many messages were newly acknowledged."""
+    def commit(self, topic: str, group: str, next_offsets: dict[int, int], *, durable: bool = True) -> int:
+        """Move committed offsets forward (never back); returns how many messages were newly acknowledged.
+
+        Not ``durable``: the commit need not wait for the disk, and a power loss may take it back;
+        only for commits whose loss means delivering again (push delivery's acknowledgements).
+        """
         if not next_offsets:
             return 0
-        moved = self._tables.advance_offsets(topic, group, next_offsets)
+        moved = self._tables.advance_offsets(topic, group, next_offsets, durable=durable)
         if moved:
             self._offsets_moved.add(topic)
         return sum(next_offsets[p] - old for p, old in moved.items())

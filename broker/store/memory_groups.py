@@ -134,7 +134,8 @@ class MemoryGroupTables:
             for p, n in offsets.items():
                 stored.setdefault(p, n)
 
-    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int]) -> dict[int, int]:
+    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int], *,
+                        durable: bool = True) -> dict[int, int]:
         with self._data.lock:
             stored = self._data.group_offsets.get((topic, group), {})
             moved = {p: stored[p] for p, n in next_offsets.items() if p in stored and n > stored[p]}

@@ -48,8 +48,14 @@ class TopicClaim:
     epoch: int
 
 
-def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine:
-    """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB."""
+def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchronous: str = "FULL") -> Engine:
+    """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB.
+
+    ``synchronous`` is SQLite's setting for this engine's connections: ``NORMAL`` only for writes
+    that a power loss may take back (see :meth:`Store.lazy_engine`).
+    """
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
     url = normalize_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
@@ -62,7 +68,7 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
@@ -95,6 +101,7 @@ class Store:
         self.url = normalize_url(url)
         self.engine = engine or open_engine(self.url)
         self._writer: Engine | None = None
+        self._lazy: Engine | None = None
 
     @property
     def dialect(self) -> str:
@@ -131,6 +138,8 @@ class Store:
         self.engine.dispose()
         if self._writer is not None:
             self._writer.dispose()
+        if self._lazy is not None:
+            self._lazy.dispose()
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -185,6 +194,23 @@ class Store:
             self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
                                          **dialects.engine_options(self.url))
         return self._writer
+
+    def lazy_engine(self) -> Engine:
+        """The engine of writes that need not wait for the disk: push delivery's offset commits.
+
+        On a SQLite file it has a connection of its own with ``synchronous=NORMAL``: its commits
+        skip the fsync, and become durable with the next full commit (a publish), whose sync
+        covers the whole write-ahead log before it. A power loss can only take back the last of
+        them, which means pushing those messages again: delivery stays at least once. With a
+        sync of their own, each push round's commit took SQLite's write lock for a disk flush
+        between two publishes, and the next publish's commit waited for it (the tail of push
+        latency). On a database server it is the store's engine.
+        """
+        if self.dialect != "sqlite" or self.url.endswith(":memory:") or "///" not in self.url:
+            return self.engine
+        if self._lazy is None:
+            self._lazy = open_engine(self.url, pool_size=1, synchronous="NORMAL")
+        return self._lazy
 
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
         """Next offset to be written, per partition."""

@@ -49,6 +49,7 @@ class SqlGroupTables:
 
     def __init__(self, store: Store) -> None:
         self.engine = store.engine
+        self.store = store
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -186,8 +187,9 @@ class SqlGroupTables:
         except IntegrityError:
             pass  # another registration of the same new group won the race; its offsets stand
 
-    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int]) -> dict[int, int]:
-        with self.engine.begin() as conn:
+    def advance_offsets(self, topic: str, group: str, next_offsets: dict[int, int], *,
+                        durable: bool = True) -> dict[int, int]:
+        with (self.engine if durable else self.store.lazy_engine()).begin() as conn:
             old = {p: n for p, n in conn.execute(
                 select(group_offsets.c.partition, group_offsets.c.next_offset).where(
                     group_offsets.c.topic == topic, group_offsets.c.group_name == group,

@@ -128,6 +128,10 @@ def test_commit_never_moves_back_and_counts_newly_acknowledged(repos: Repositori
     # A new group's offsets are set once: registering again does not move them.
     _join(groups, topic, "early2", start="latest")
     assert groups.committed("t", "g") == {0: 5, 1: 1}
+    # A commit that need not wait for the disk (push delivery's) follows the same rules, and every
+    # reader sees it at once.
+    assert groups.commit("t", "g", {0: 4, 1: 3}, durable=False) == 2
+    assert groups.committed("t", "g") == {0: 5, 1: 3}
 
 
 def test_lags_follow_the_end_offsets_and_the_commits(repos: Repositories, appender: Appender) -> None:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from broker.appender import Appender
 from broker.envelope import NewMessage, render_row
 from broker.partitioning import partition_for
 from broker.store import MessageStore, open_store
+from broker.store.sql import Store
 
 
 def _msg(i: int, key: str | None = None, body: bytes = b"x") -> NewMessage:
@@ -145,3 +147,30 @@ def test_text_and_bytes_that_bulk_load_formats_treat_specially_read_back_unchang
     finally:
         appender.stop()
         store.dispose()
+
+
+def test_sqlite_lazy_commits_skip_only_their_own_sync(tmp_path: Path) -> None:
+    """Push delivery's offset commits run on a connection of their own with synchronous=NORMAL;
+    every other write keeps FULL, and what a lazy commit wrote is in the database file's log."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = open_store(url)
+    assert isinstance(store, Store)
+    store.create_schema()
+    try:
+        with store.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+        lazy = store.lazy_engine()
+        assert lazy is not store.engine and store.lazy_engine() is lazy
+        with lazy.begin() as conn:
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+            conn.exec_driver_sql("CREATE TABLE lazy_probe (n INTEGER)")
+            conn.exec_driver_sql("INSERT INTO lazy_probe VALUES (7)")
+    finally:
+        store.dispose()
+    reopened = open_store(url)
+    assert isinstance(reopened, Store)
+    try:
+        with reopened.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT n FROM lazy_probe").scalar() == 7
+    finally:
+        reopened.dispose()
