@@ -52,11 +52,13 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
     """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
+        path = sqlite_file(url)
+        if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # A file's engine takes pool_size only when asked for one connection (the writer's own).
+        sizes = {"pool_size": 1, "max_overflow": 0} if pooled and path and pool_size == 1 else {}
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
-                               poolclass=None if pooled else NullPool)
+                               poolclass=None if pooled else NullPool, **sizes)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -71,6 +73,12 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
     if pooled:
         return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **options)
     return create_engine(url, poolclass=NullPool, **options)
+
+
+def sqlite_file(url: str) -> str:
+    """The file of a SQLite URL; empty for an in-memory database."""
+    path = url.split("///", 1)[1] if "///" in url else ""
+    return "" if path == ":memory:" else path
 
 
 def create_tables(engine: Engine, create: Callable[[Connection], None]) -> None:
@@ -179,8 +187,13 @@ class Store:
         then replaces it, and the writer commits each waiting request again on its own (or answers
         a lone one 503, which publishers retry).
         """
-        if self.dialect == "sqlite":
-            return self.engine
+        if self.dialect == "sqlite" and not sqlite_file(self.url):
+            return self.engine  # an in-memory database exists once, in the engine's one connection
+        if self._writer is None and self.dialect == "sqlite":
+            # One connection of its own, whose page cache stays warm: the writer is the file's only
+            # writer, so nothing invalidates it. Taking any pooled connection, whose cache another
+            # commit had made stale, read about 0.7 pages per message back from the file.
+            self._writer = open_engine(self.url, pool_size=1)
         if self._writer is None:
             self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
                                          **dialects.engine_options(self.url))
