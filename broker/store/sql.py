@@ -52,13 +52,11 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True) -> Engine
     """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        path = sqlite_file(url)
-        if path:
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # A file's engine takes pool_size only when asked for one connection (the writer's own).
-        sizes = {"pool_size": 1, "max_overflow": 0} if pooled and path and pool_size == 1 else {}
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
-                               poolclass=None if pooled else NullPool, **sizes)
+                               poolclass=None if pooled else NullPool)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -190,10 +188,11 @@ class Store:
         if self.dialect == "sqlite" and not sqlite_file(self.url):
             return self.engine  # an in-memory database exists once, in the engine's one connection
         if self._writer is None and self.dialect == "sqlite":
-            # One connection of its own, whose page cache stays warm: the writer is the file's only
-            # writer, so nothing invalidates it. Taking any pooled connection, whose cache another
-            # commit had made stale, read about 0.7 pages per message back from the file.
-            self._writer = open_engine(self.url, pool_size=1)
+            # An engine of its own, so one connection (the pool hands its one user the same one
+            # each time) whose page cache stays warm: the writer is the file's only writer of
+            # messages, so nothing else invalidates it. Taking any connection of the shared pool,
+            # whose cache another's commit had made stale, read about 0.7 pages per message back.
+            self._writer = open_engine(self.url)
         if self._writer is None:
             self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
                                          **dialects.engine_options(self.url))
