@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
-from .partitioning import partition_for
+from .partitioning import key_partition, partition_for
 from .store import AppendTx, GivenId, MessageStore, Store, Topic
 from .store.errors import STORE_REFUSED_VALUE
 
@@ -55,6 +55,10 @@ class Stored(NamedTuple):
         """The coordinates a publisher is answered, with ``duplicate``."""
         return {"id": self.id, "topic": self.topic, "partition": self.partition, "offset": self.offset,
                 "duplicate": self.duplicate}
+
+
+# Stored's own constructor is Python code (a namedtuple's); the writer makes one per message with this.
+_new_stored = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -127,7 +131,8 @@ class Appender:
 
     def submit(self, topic: Topic, messages: list[NewMessage]) -> Future[list[Stored]]:
         """Queue ``messages`` for ``topic``; the future resolves to their coordinates once committed."""
-        parts = [partition_for(m.key if m.key is not None else m.id, topic.partitions) for m in messages]
+        count = topic.partitions
+        parts = [key_partition(m.key, count) if m.key is not None else partition_for(m.id, count) for m in messages]
         future: Future[list[Stored]] = Future()
         self._queue.put(_Request(topic, messages, parts, future))
         return future
@@ -227,25 +232,36 @@ class Appender:
                 self._next[name] = txn.end_offsets(name)
             for msg_id, (p, o) in txn.existing_ids(name, ids).items():
                 known[(name, msg_id)] = Stored(msg_id, name, p, o, duplicate=True)
-        ends: dict[tuple[str, int], int] = {}
+        # Next offsets per topic, then per partition: this loop runs once per message of the
+        # node, so no (topic, partition) tuple is made per message, and a broker-made id is not
+        # looked up among the given ones (it cannot be one of them).
+        next_by_topic: dict[str, dict[int, int]] = {name: {} for name in by_topic}
         rows: list[tuple[Any, ...]] = []
         given_ids: list[GivenId] = []
         results: dict[int, list[Stored]] = {}
+        row = Store.row
         for request in batch:
             name = request.topic.name
+            nexts = next_by_topic[name]
+            committed = self._next[name]
             out: list[Stored] = []
             for message, partition in zip(request.messages, request.partitions, strict=True):
-                previous = known.get((name, message.id))
-                if previous is not None:
-                    out.append(previous if previous.duplicate else previous._replace(duplicate=True))
-                    continue
-                offset = ends.get((name, partition), self._next[name].get(partition, 0))
-                ends[(name, partition)] = offset + 1
-                rows.append(Store.row(name, partition, offset, message))
-                stored = Stored(message.id, name, partition, offset)
+                msg_id = message.id
                 if message.given_id:
-                    given_ids.append((name, message.id, partition, offset))
-                    known[(name, message.id)] = stored
+                    previous = known.get((name, msg_id))
+                    if previous is not None:
+                        out.append(previous if previous.duplicate else previous._replace(duplicate=True))
+                        continue
+                offset = nexts.get(partition)
+                if offset is None:
+                    offset = committed.get(partition, 0)
+                nexts[partition] = offset + 1
+                rows.append(row(name, partition, offset, message))
+                stored = _new_stored(Stored, (msg_id, name, partition, offset, False))
+                if message.given_id:
+                    given_ids.append((name, msg_id, partition, offset))
+                    known[(name, msg_id)] = stored
                 out.append(stored)
             results[id(request)] = out
+        ends = {(name, partition): nxt for name, nexts in next_by_topic.items() for partition, nxt in nexts.items()}
         return results, rows, ends, given_ids

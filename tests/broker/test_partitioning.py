@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.partitioning import murmur2, partition_for
+from broker.partitioning import key_partition, murmur2, partition_for
 from tests.support import ROOT, need_service
 
 JAVA = """
@@ -71,6 +71,9 @@ def test_partition_is_in_range_and_deterministic(key: str, partitions: int) -> N
     p = partition_for(key, partitions)
     assert 0 <= p < partitions
     assert partition_for(key, partitions) == p
+    # The remembered partition of a key is the same, the first time and from the cache.
+    assert key_partition(key, partitions) == p
+    assert key_partition(key, partitions) == p
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00", b"\xff" * 7, bytes(range(256))])

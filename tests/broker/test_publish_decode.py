@@ -95,6 +95,12 @@ def check(raw: bytes) -> None:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payloads, st.booleans())
 @example({"messages": [{"key": "k", "body": "x" * 256, "content_type": "text/plain"}]}, False)
+# One past each limit that random examples rarely reach: an empty header name, one header too
+# many, an empty or too long content type.
+@example({"body": 1, "headers": {"": "v"}}, False)
+@example({"body": 1, "headers": {"a": "", "b": "", "c": "", "d": ""}}, False)
+@example({"body": 1, "content_type": ""}, False)
+@example({"body": 1, "content_type": "t" * 201}, False)
 def test_a_body_taken_natively_is_stored_as_the_whole_way_stores_it(payload: dict[str, Any], spaced: bool) -> None:
     raw = json.dumps(payload, ensure_ascii=spaced, separators=(", ", ": ") if spaced else (",", ":"))
     check(raw.encode("utf-8", "surrogatepass"))
