@@ -83,10 +83,12 @@ def _store_error(exc: Exception) -> BrokerError:
 class Appender:
     """The single writer of a node's message rows."""
 
-    def __init__(self, store: MessageStore, *, max_rows: int = 5000, fence: FenceCheck | None = None) -> None:
+    def __init__(self, store: MessageStore, *, max_rows: int = 5000, fence: FenceCheck | None = None,
+                 observe_rows: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.max_rows = max_rows
         self.fence = fence
+        self.observe_rows = observe_rows   # told the rows of each group commit (a metric)
         self.listeners: list[CommitListener] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._next: dict[str, dict[int, int]] = {}
@@ -203,6 +205,8 @@ class Appender:
                 request.future.set_exception(error)
             return
         self.commits += 1
+        if self.observe_rows is not None:
+            self.observe_rows(len(rows))
         for then in after_commit:
             then()
         for (name, partition), nxt in ends.items():

@@ -58,7 +58,8 @@ def build_node(settings: Settings, routes: Routes) -> tuple[Node, Authorizer]:
                     membership)
     membership.subscribe(router.on_view)
     fence = Fence(router, settings.node_lease_ms)
-    appender = Appender(store, max_rows=settings.commit_max_rows, fence=fence)
+    appender = Appender(store, max_rows=settings.commit_max_rows, fence=fence,
+                        observe_rows=metrics.commit_rows.observe)
     router.subscribe(fence.release, synchronous=True)
     router.subscribe(appender.forget_changed, synchronous=True)
 

@@ -120,3 +120,6 @@ def test_health_ready_metrics(client: FlaskClient) -> None:
     text = client.get("/metrics").get_data(as_text=True)
     assert "toymb_published_messages_total 1.0" in text
     assert "toymb_publish_latency_seconds_bucket" in text
+    client.post("/v1/topics/t/messages", json={"messages": [{"body": i} for i in range(3)]})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert "toymb_group_commit_rows_count 2.0" in text and "toymb_group_commit_rows_sum 4.0" in text
