@@ -341,7 +341,13 @@ class Dispatcher:
         finally:
             with self._lock:
                 for p in taken:
-                    state.lanes[p].busy = False
+                    lane = state.lanes[p]
+                    lane.busy = False
+                    if lane.holder is not None and lane.holder != target.sub.id:
+                        # Reassigned during this round (a subscriber joined or left): its new
+                        # holder skipped it while busy, and nothing else would look again until
+                        # the refresh tick (a joining subscriber's first pushes came 1-2.5 s late).
+                        self._consider((state.topic, state.group, lane.holder))
                 if careful:
                     target.careful_in_flight = False
                 target.rounds -= 1
