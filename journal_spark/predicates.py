@@ -86,7 +86,10 @@ class AnyOf:
     parts: tuple[Predicate, ...]
 
     def __call__(self, row: Any) -> bool:
-        return any(p(row) for p in self.parts)
+        for part in self.parts:   # a loop, not any() over a generator: filters run per message
+            if part(row):
+                return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,10 @@ class AllOf:
     parts: tuple[Predicate, ...]
 
     def __call__(self, row: Any) -> bool:
-        return all(p(row) for p in self.parts)
+        for part in self.parts:
+            if not part(row):
+                return False
+        return True
 
 
 Predicate = Compare | AnyOf | AllOf

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from driver.signatures import SignatureError, new_secret, secret_key
 from journal_spark.predicates import parse_predicate
 
@@ -44,7 +46,9 @@ class DeadLetterPolicy:
 
 def _filter_row(row: MessageRow) -> dict[str, Any]:
     """The fields a predicate reads, from a stored row."""
-    headers = json.loads(row.headers) if isinstance(row.headers, str) else dict(row.headers)
+    # msgspec: the node wrote these headers itself (a JSON object of strings), and json.loads took
+    # a third of a filter's cost per message.
+    headers = msgspec.json.decode(row.headers) if isinstance(row.headers, str) else dict(row.headers)
     return {"topic": row.topic, "key": row.key, "id": row.id, "headers": headers}
 
 
