@@ -58,8 +58,8 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchrono
         raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
+        path = sqlite_file(url)
+        if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False},
                                poolclass=None if pooled else NullPool)
@@ -218,7 +218,7 @@ class Store:
         between two publishes, and the next publish's commit waited for it (the tail of push
         latency). On a database server it is the store's engine.
         """
-        if self.dialect != "sqlite" or self.url.endswith(":memory:") or "///" not in self.url:
+        if self.dialect != "sqlite" or not sqlite_file(self.url):
             return self.engine
         if self._lazy is None:
             self._lazy = open_engine(self.url, pool_size=1, synchronous="NORMAL")
