@@ -82,6 +82,9 @@ def create_app(settings: Settings | dict[str, Any] | None = None, *, start: bool
     app = Flask("toymb")
     app.json = FastJSONProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request
+    # Werkzeug merged "//" and answered an HTML 308 to the merged path: an empty topic
+    # ("/v1/topics//messages") was sent to the topic "messages". A path is taken as written.
+    app.url_map.merge_slashes = False
     routes = Routes(ROUTE_TABLES)
     node, authorizer = build_node(settings, routes)
     app.extensions["toymb"] = node

@@ -188,6 +188,18 @@ def test_json_nested_100000_deep_is_a_400(client: FlaskClient, path: str) -> Non
     assert r.get_json()["error"] == "bad_json"
 
 
+@pytest.mark.parametrize("method,path", [("POST", "/v1/topics//messages"), ("GET", "/v1/topics//messages"),
+                                         ("POST", "/v1/topics/t//messages"), ("GET", "/v1//topics")])
+def test_an_empty_path_segment_is_a_json_404_not_a_redirect_to_another_resource(
+        client: FlaskClient, method: str, path: str) -> None:
+    """Werkzeug merged "//" and redirected (an HTML 308): an empty topic went to the topic "messages"."""
+    r = client.open(path, method=method, json={"messages": [{"value": "x"}]})
+    assert r.status_code == 404, r.get_data(as_text=True)
+    assert r.get_json()["error"] == "not_found"
+    assert "Location" not in r.headers
+    assert client.get("/v1/topics").get_json()["topics"] == []
+
+
 @pytest.mark.parametrize("partition", ["\u00b2", "\u0663", "1" * 5000, " 3", "3_0", "-1", "100"])
 def test_only_ascii_digit_partitions_of_the_topic_are_committed(client: FlaskClient, partition: str) -> None:
     sid = _pull(client, "digits")
