@@ -80,6 +80,10 @@ class Compare:
         equal = found == self.value
         return equal if self.op == "==" else not equal
 
+    def on_address(self, address: str) -> bool | None:
+        """The value for every message of broker topic ``address``, or None if it depends on more."""
+        return self({"topic": address}) if self.operand == "msg.address" else None
+
 
 @dataclass(frozen=True)
 class AnyOf:
@@ -91,6 +95,11 @@ class AnyOf:
                 return True
         return False
 
+    def on_address(self, address: str) -> bool | None:
+        """See :meth:`Compare.on_address`: true if a part is, false if every part is."""
+        values = [part.on_address(address) for part in self.parts]
+        return True if True in values else (None if None in values else False)
+
 
 @dataclass(frozen=True)
 class AllOf:
@@ -101,6 +110,11 @@ class AllOf:
             if not part(row):
                 return False
         return True
+
+    def on_address(self, address: str) -> bool | None:
+        """See :meth:`Compare.on_address`: false if a part is, true if every part is."""
+        values = [part.on_address(address) for part in self.parts]
+        return False if False in values else (None if None in values else True)
 
 
 Predicate = Compare | AnyOf | AllOf
