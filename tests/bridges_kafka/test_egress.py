@@ -201,3 +201,30 @@ def test_routing_telemetry_is_on_the_journals_metrics(tmp_path: Path, names: Any
     prefix = f"jms_bridge_routing_latency_avg{{{labels}}}"
     average = [line for line in text.splitlines() if line.startswith(prefix)]
     assert average and float(average[0].split()[-1]) > 0
+
+
+def test_each_records_headers_are_the_bridged_headers_of_its_message(tmp_path: Path, names: Any) -> None:
+    """Messages no bridge carried take a short way to their headers, bridged ones the full one:
+    either way a record carries exactly headers_for(message), and its key."""
+    from journal_spark.routes import headers_for
+
+    dest = names("shapes")
+    create_topics(dest)
+    bridge = f"shapes-{dest}"
+    path = routes_file(tmp_path, f"bridge.id={bridge}\nroutes.r.predicate=msg.address==shop\n"
+                                 f"routes.r.dest.topic={dest}\nroutes.r.conv.key=msg.header.k\n")
+    sink = KafkaSink(load_routes(path))
+    no_type = message("shop", 1, {"k": "b", "toymb.content_type": "application/json"})
+    del no_type["content_type"]                      # a row without the column keeps the message's own
+    rows = [
+        message("shop", 0, {"k": "a", "jms.JMSType": "order", "": "empty name", "ü": "ünïcode"}),
+        no_type,
+        {**message("shop", 2, {"k": "c", "toymb.content_type": "old/type"}), "content_type": ""},
+        message("shop", 3, {"k": "d", "jmsbridge.hops": "2", "jmsbridge.origin": "other"}),   # the full way
+        message("shop", 4, {"k": "e", "jmsbridge.path": "other@jms:default"}),
+        message("shop", 5, {"k": "f", "toymb.content_type": "replaced"}),
+    ]
+    assert sink.write_rows(rows, 0) == len(rows)
+    records = {r.key().decode(): headers_of(r) for r in consume_all(dest, expect=len(rows))}
+    assert records == {row["headers"]["k"]: headers_for(row, bridge) for row in rows}
+    assert records["d"]["jmsbridge.hops"] == "3" and records["f"]["toymb.content_type"] == "text/plain"
