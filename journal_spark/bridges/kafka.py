@@ -51,6 +51,11 @@ RecordHeaders = dict[str, str | bytes | None]
 SINK_NAME = "kafka.bridge"
 KAFKA_SYSTEM = "kafka"        # the system name in jmsbridge.path (loop prevention)
 TRANSACTION_TIMEOUT_S = 120.0   # a micro-batch must commit within this (kafka.transaction.timeout.ms)
+# The producer's settings: the defaults a routes file's kafka.* keys may change, and the fixed ones
+# (exactly once; the partition the broker itself chose for the same key). The benchmark's bare
+# producer uses both too.
+PRODUCER_DEFAULTS = {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000}
+PRODUCER_FIXED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
 POLL_EVERY = 1000                     # serve delivery callbacks every this many records
 _HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
                KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -96,11 +101,9 @@ class KafkaSink(RouteSink):
         self._txn_topics: set[str] = set()      # topics written in the open transaction
         self._proven: set[str] = set()          # topics a committed transaction wrote: writable
         producer_conf = {
-            "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            **PRODUCER_DEFAULTS, "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
             **self.conf,
-            "transactional.id": self.transactional_id, "enable.idempotence": True, "acks": "all",
-            "partitioner": "murmur2_random",
+            "transactional.id": self.transactional_id, **PRODUCER_FIXED,
             "delivery.report.only.error": True, "on_delivery": self._on_delivery,
         }
         self.producer = Producer(producer_conf)
