@@ -41,7 +41,7 @@ from ..routes import (
     headers_for,
 )
 from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
-from .sink import RouteSink, describe_row
+from .sink import RouteSink, describe_row, driver_rows
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class KafkaSink(RouteSink):
     # ------------------------------------------------------------------ Spark entry point
     def write_batch(self, df: Any, batch_id: int) -> None:
         """foreachBatch: route the micro-batch's rows in one transaction (replays are dropped)."""
-        self.write_rows(df.toLocalIterator(prefetchPartitions=True), batch_id)
+        self.write_rows(driver_rows(df), batch_id)
 
     def write_rows(self, rows: Iterable[Any], batch_id: int) -> int:
         """Route ``rows`` (envelope columns, store order) as batch ``batch_id``; returns records sent."""
