@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .header_names import header_finder
+from .header_names import header_candidates, header_finder
 
 
 def header_map(row: Any) -> Mapping[str, str]:
@@ -50,11 +50,17 @@ def field_getter(operand: str) -> Callable[[Any], str | None]:
     column = _COLUMNS.get(operand)
     if column is not None:
         return lambda row: row[column]
-    find = header_finder(operand[len("msg.header."):])
+    name = operand[len("msg.header."):]
+    find, candidates = header_finder(name), header_candidates(name)
 
     def header(row: Any) -> str | None:
         raw = row["headers"]
-        return find(raw) if type(raw) is dict else find(header_map(row))
+        if type(raw) is dict:
+            for candidate in candidates:     # find's first loop, inline: this runs for every message
+                if candidate in raw:
+                    value: str | None = raw[candidate]
+                    return value
+        return find(header_map(row))
 
     return header
 

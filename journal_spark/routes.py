@@ -84,6 +84,8 @@ KEY_PATTERN = re.compile(r"[^\W_]([\w.:-]{0,254}[^\W_])?")
 and correlation ids carry (``order-17``, ``ID:host-1:1:1``). Spaces, punctuation, control
 characters and symbols are not."""
 
+_is_key = KEY_PATTERN.fullmatch
+
 # Connection keys of the JMS bridge (the JMS helper may add more here).
 JMS_KEYS: set[str] = {
     "jms.stomp.host", "jms.stomp.port", "jms.stomp.user", "jms.stomp.password", "jms.stomp.vhost",
@@ -180,10 +182,10 @@ class Route:
         if value is None or value == "":
             raise DataError("no-key",
                             f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
-        if not KEY_PATTERN.fullmatch(value):
+        if not _is_key(value):
             raise DataError("bad-key", f"message {row['id']}: {self.conv_key}={value[:80]!r} is not an "
                                        f"alphanumeric key (route {self.name})")
-        return str(value)
+        return value
 
 
 @dataclass

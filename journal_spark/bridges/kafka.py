@@ -168,7 +168,11 @@ class KafkaSink(RouteSink):
                         key, record_headers = route.key_for(row), cast(RecordHeaders, headers_for(row, bridge_id))
                     else:
                         # A message no bridge has carried: no loop, hop one (headers_for's result).
-                        key, content_type = route.key_for(row), _content_type(row)
+                        key = route.key_for(row)
+                        try:
+                            content_type = row["content_type"]
+                        except (KeyError, ValueError, IndexError):     # a row without the column
+                            content_type = None
                         if content_type:
                             record_headers = {**headers, ORIGIN_HEADER: bridge_id, HOPS_HEADER: "1",
                                               CONTENT_TYPE_HEADER: content_type}
@@ -300,14 +304,6 @@ class KafkaSink(RouteSink):
                                f"bridge {self.routes.bridge_id}): {error.str()}")
         return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
                            f"({error.name()})")
-
-
-def _content_type(row: Any) -> str | None:
-    try:
-        content_type: str | None = row["content_type"]
-    except (KeyError, ValueError, IndexError):     # a row without the column (a dict built by hand)
-        return None
-    return content_type
 
 
 def _admin_conf(conf: dict[str, Any]) -> dict[str, Any]:
