@@ -31,11 +31,19 @@ BATCH = 20_000
 
 
 def _rows(count: int) -> list[dict[str, Any]]:
+    """``count`` messages of one broker topic, published round-robin over its partitions, in the
+    order the journal hands a bridge each micro-batch of ``BATCH`` rows: store order, one
+    partition's rows after another's (``BatchReader(ordered=True)``)."""
     body = b"x" * 200
     now = int(time.time() * 1000)
-    return [{"id": f"m-{i}", "topic": "orders", "partition": i % PARTITIONS, "offset": i // PARTITIONS,
-             "key": None, "headers": {"CorrelationId": f"c-{i % 1000}", "jms.JMSType": "order"},
-             "timestamp": now, "content_type": "text/plain", "body": body} for i in range(count)]
+
+    def row(i: int) -> dict[str, Any]:
+        return {"id": f"m-{i}", "topic": "orders", "partition": i % PARTITIONS, "offset": i // PARTITIONS,
+                "key": None, "headers": {"CorrelationId": f"c-{i % 1000}", "jms.JMSType": "order"},
+                "timestamp": now, "content_type": "text/plain", "body": body}
+
+    return [row(i) for lo in range(0, count, BATCH)
+            for i in sorted(range(lo, min(lo + BATCH, count)), key=lambda i: (i % PARTITIONS, i // PARTITIONS))]
 
 
 def _create(*topics: str) -> None:
