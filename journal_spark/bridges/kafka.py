@@ -128,10 +128,14 @@ class KafkaSink(RouteSink):
         done, bridge_id = self.done, self.routes.bridge_id
         produce, poll = self.producer.produce, self.producer.poll
         plans: dict[str, TopicPlan] = {}
-        # Rows come in runs of one partition (store order): its bookkeeping is looked up once a run.
+        # Rows come in runs of one partition (store order): its bookkeeping is looked up once a run,
+        # and so is its route when the predicates decide it from the topic alone.
         run_topic, run_partition = "", -1
         floor = high = run_high = 0      # the run's first offset to export; the next offset after the run
         plan = TopicPlan((), None)
+        per_row = False                  # the run's rows are routed one by one (plan.route)
+        route: Route | None = None       # else this is the run's route (None: nothing goes to Kafka)
+        destination, full_checks = "", False
         next_poll = POLL_EVERY
         produced_to = ""                 # the destination of the last record queued
         record_headers: RecordHeaders    # str values: the client encodes them (UTF-8) in C
@@ -146,12 +150,19 @@ class KafkaSink(RouteSink):
                     floor = done.get(topic, {}).get(partition, 0)
                     run_high = high = touched.get(topic, {}).get(partition, 0)
                     plan = plans.get(topic) or plans.setdefault(topic, plan_for_topic(self.routes, topic))
+                    per_row, route = bool(plan.tests), _kafka_route(plan.fallback)
+                    if route is not None:
+                        destination, full_checks = route.destination.name, _drops_non_persistent(route)
                 if offset < floor:
                     continue                      # exported by a committed transaction already
                 if offset >= high:
                     high = offset + 1
-                route = plan.route(row)
-                if route is None or route.destination.kind != "kafka":
+                if per_row:
+                    route = _kafka_route(plan.route(row))
+                    if route is None:
+                        continue
+                    destination, full_checks = route.destination.name, _drops_non_persistent(route)
+                elif route is None:
                     continue
                 if not began:
                     self.producer.begin_transaction()
@@ -160,8 +171,7 @@ class KafkaSink(RouteSink):
                     headers = row["headers"]
                     if type(headers) is not dict:
                         headers = header_map(row)
-                    if (HOPS_HEADER in headers or PATH_HEADER in headers or ORIGIN_HEADER in headers
-                            or route.options.get("non-persistent") == "drop"):
+                    if HOPS_HEADER in headers or PATH_HEADER in headers or ORIGIN_HEADER in headers or full_checks:
                         # Bridged before, or a route that drops some: the full checks.
                         if self.skip_reason(row, route, KAFKA_SYSTEM) is not None:
                             continue
@@ -181,7 +191,7 @@ class KafkaSink(RouteSink):
                     body = row["body"]
                     if body is not None and type(body) is not bytes:
                         body = bytes(body)      # a bytearray or memoryview; bytes go as they are, uncopied
-                    destination, timestamp = route.destination.name, int(row["timestamp"])
+                    timestamp = int(row["timestamp"])
                     try:
                         # Positional (topic, value, key, partition, callback, on_delivery, timestamp,
                         # headers): str key and header values are encoded to UTF-8 by the client, in C.
@@ -304,6 +314,15 @@ class KafkaSink(RouteSink):
                                f"bridge {self.routes.bridge_id}): {error.str()}")
         return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
                            f"({error.name()})")
+
+
+def _kafka_route(route: Route | None) -> Route | None:
+    """``route`` if it goes to Kafka: a message whose first match is another kind's is not ours."""
+    return route if route is not None and route.destination.kind == "kafka" else None
+
+
+def _drops_non_persistent(route: Route) -> bool:
+    return route.options.get("non-persistent") == "drop"
 
 
 def _admin_conf(conf: dict[str, Any]) -> dict[str, Any]:

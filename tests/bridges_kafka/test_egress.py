@@ -228,3 +228,22 @@ def test_each_records_headers_are_the_bridged_headers_of_its_message(tmp_path: P
     records = {r.key().decode(): headers_of(r) for r in consume_all(dest, expect=len(rows))}
     assert records == {row["headers"]["k"]: headers_for(row, bridge) for row in rows}
     assert records["d"]["jmsbridge.hops"] == "3" and records["f"]["toymb.content_type"] == "text/plain"
+
+
+def test_a_message_whose_first_match_is_a_jms_route_is_not_sent_to_kafka(tmp_path: Path, names: Any) -> None:
+    dest = names("mixed")
+    create_topics(dest)
+    path = routes_file(tmp_path, f"""bridge.id={dest}
+routes.j.predicate=msg.address==shop && msg.header.to==jms
+routes.j.dest.jms.queue=q
+routes.k.predicate=msg.address==shop
+routes.k.dest.topic={dest}
+routes.only-jms.predicate=msg.address==queue-only
+routes.only-jms.dest.jms.queue=q
+""")
+    rows = [message("shop", 0, {"to": "jms"}), message("shop", 1), message("queue-only", 0),
+            message("queue-only", 1), message("shop", 2, {"to": "kafka"}), message("shop", 3, {"to": "jms"})]
+    sink = KafkaSink(load_routes(path))
+    assert sink.write_rows(rows, 0) == 2
+    assert sorted(r.key().decode() for r in consume_all(dest, expect=2)) == ["shop-0-1", "shop-0-2"]
+    assert sink.done == {"shop": {0: 4}, "queue-only": {0: 2}}     # every row is accounted for
