@@ -1,13 +1,14 @@
 """Kafka egress bridge throughput against a bare confluent-kafka producer, in the same run.
 
 Both send the same records (same keys, bodies, timestamps and headers) to fresh topics with the
-same partition count, from the same rows in the same process. The bare producer is the ceiling:
-the leanest ``produce`` loop, then ``flush``, with the bridge's producer settings (idempotent,
-acks=all, linger, batch and queue sizes) but no transactions, so it is the stricter ceiling. The
-bridge is :class:`KafkaSink.write_rows` over envelope rows in micro-batches of
-``journal_max_rows`` (20,000): routing, key and header conversion, one transaction per batch
-with its markers. Spark's own overhead (the store source)
-is not in this figure; it is the journal's, measured by the journal benchmark.
+same partition count, from the same rows (each batch in store order, as the journal hands it
+over) in the same process. The bare producer is the ceiling: the leanest ``produce`` loop, then
+``flush``, with the bridge's producer settings (idempotent, acks=all, linger, batch and queue
+sizes) but no transactions, so it is the stricter ceiling. The bridge is
+:class:`KafkaSink.write_rows` over envelope rows in micro-batches of ``journal_max_rows``
+(20,000): routing, key and header conversion, one transaction per batch with its markers. Spark's
+own overhead (the store source) is not in this figure; it is the journal's, measured by the
+journal benchmark.
 
 Target: ``ratio_bridge_vs_bare_producer`` >= 0.7. The same ratio on CPU time
 (``ratio_cpu_bare_vs_bridge``: the process's CPU seconds per record, librdkafka's threads included)
