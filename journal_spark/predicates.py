@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .header_names import header_finder
+from .header_names import header_candidates, header_finder
 
 
 def header_map(row: Any) -> Mapping[str, str]:
@@ -50,11 +50,17 @@ def field_getter(operand: str) -> Callable[[Any], str | None]:
     column = _COLUMNS.get(operand)
     if column is not None:
         return lambda row: row[column]
-    find = header_finder(operand[len("msg.header."):])
+    name = operand[len("msg.header."):]
+    find, candidates = header_finder(name), header_candidates(name)
 
     def header(row: Any) -> str | None:
         raw = row["headers"]
-        return find(raw) if type(raw) is dict else find(header_map(row))
+        if type(raw) is dict:
+            for candidate in candidates:     # find's first loop, inline: this runs for every message
+                if candidate in raw:
+                    value: str | None = raw[candidate]
+                    return value
+        return find(header_map(row))
 
     return header
 
@@ -80,6 +86,10 @@ class Compare:
         equal = found == self.value
         return equal if self.op == "==" else not equal
 
+    def on_address(self, address: str) -> bool | None:
+        """The value for every message of broker topic ``address``, or None if it depends on more."""
+        return self({"topic": address}) if self.operand == "msg.address" else None
+
 
 @dataclass(frozen=True)
 class AnyOf:
@@ -91,6 +101,11 @@ class AnyOf:
                 return True
         return False
 
+    def on_address(self, address: str) -> bool | None:
+        """See :meth:`Compare.on_address`: true if a part is, false if every part is."""
+        values = [part.on_address(address) for part in self.parts]
+        return True if True in values else (None if None in values else False)
+
 
 @dataclass(frozen=True)
 class AllOf:
@@ -101,6 +116,11 @@ class AllOf:
             if not part(row):
                 return False
         return True
+
+    def on_address(self, address: str) -> bool | None:
+        """See :meth:`Compare.on_address`: false if a part is, true if every part is."""
+        values = [part.on_address(address) for part in self.parts]
+        return False if False in values else (None if None in values else True)
 
 
 Predicate = Compare | AnyOf | AllOf

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -83,6 +83,8 @@ KEY_PATTERN = re.compile(r"[^\W_]([\w.:-]{0,254}[^\W_])?")
 256 letters and digits (any script), with ``-``, ``_``, ``.`` or ``:`` allowed between them, as ids
 and correlation ids carry (``order-17``, ``ID:host-1:1:1``). Spaces, punctuation, control
 characters and symbols are not."""
+
+_is_key = KEY_PATTERN.fullmatch
 
 # Connection keys of the JMS bridge (the JMS helper may add more here).
 JMS_KEYS: set[str] = {
@@ -158,6 +160,11 @@ class Route:
     conv_key: str | None = None          # msg.header.X | msg.key | msg.id; None: the message id
     line: int = 0
     options: dict[str, str] = field(default_factory=dict)
+    # conv.key's lookup, resolved once: key_for runs for every bridged message.
+    _key_of: Callable[[Any], str | None] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._key_of = field_getter(self.conv_key) if self.conv_key is not None else None
 
     def matches(self, row: Any) -> bool:
         return self.predicate(row)
@@ -169,16 +176,16 @@ class Route:
             DataError: reason ``no-key`` when ``conv.key`` finds nothing, ``bad-key`` when its value
                 is not alphanumeric (:data:`KEY_PATTERN`).
         """
-        if self.conv_key is None:
+        if self._key_of is None:
             return str(row["id"])
-        value = field_getter(self.conv_key)(row)
+        value = self._key_of(row)
         if value is None or value == "":
             raise DataError("no-key",
                             f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
-        if not KEY_PATTERN.fullmatch(value):
+        if not _is_key(value):
             raise DataError("bad-key", f"message {row['id']}: {self.conv_key}={value[:80]!r} is not an "
                                        f"alphanumeric key (route {self.name})")
-        return str(value)
+        return value
 
 
 @dataclass

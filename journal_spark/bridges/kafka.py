@@ -22,22 +22,40 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from ..routes import DataError, HardFailure, Route, Routes, headers_for
+from ..predicates import header_map
+from ..route_plan import TopicPlan, plan_for_topic
+from ..routes import (
+    CONTENT_TYPE_HEADER,
+    HOPS_HEADER,
+    ORIGIN_HEADER,
+    PATH_HEADER,
+    DataError,
+    HardFailure,
+    Route,
+    Routes,
+    headers_for,
+)
 from .markers import Done, encode_marker, ensure_marker_topic, marker_key, read_markers
-from .sink import RouteSink, describe_row
+from .sink import RouteSink, describe_row, driver_rows
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
+RecordHeaders = dict[str, str | bytes | None]
 SINK_NAME = "kafka.bridge"
 KAFKA_SYSTEM = "kafka"        # the system name in jmsbridge.path (loop prevention)
 TRANSACTION_TIMEOUT_S = 120.0   # a micro-batch must commit within this (kafka.transaction.timeout.ms)
+# The producer's settings: the defaults a routes file's kafka.* keys may change, and the fixed ones
+# (exactly once; the partition the broker itself chose for the same key). The benchmark's bare
+# producer uses both too.
+PRODUCER_DEFAULTS = {"linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000}
+PRODUCER_FIXED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
 POLL_EVERY = 1000                     # serve delivery callbacks every this many records
 _HARD_CODES = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
                KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -83,11 +101,9 @@ class KafkaSink(RouteSink):
         self._txn_topics: set[str] = set()      # topics written in the open transaction
         self._proven: set[str] = set()          # topics a committed transaction wrote: writable
         producer_conf = {
-            "linger.ms": 5, "batch.num.messages": 10000, "queue.buffering.max.messages": 200000,
-            "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
+            **PRODUCER_DEFAULTS, "transaction.timeout.ms": int(TRANSACTION_TIMEOUT_S * 1000),
             **self.conf,
-            "transactional.id": self.transactional_id, "enable.idempotence": True, "acks": "all",
-            "partitioner": "murmur2_random",
+            "transactional.id": self.transactional_id, **PRODUCER_FIXED,
             "delivery.report.only.error": True, "on_delivery": self._on_delivery,
         }
         self.producer = Producer(producer_conf)
@@ -101,45 +117,100 @@ class KafkaSink(RouteSink):
     # ------------------------------------------------------------------ Spark entry point
     def write_batch(self, df: Any, batch_id: int) -> None:
         """foreachBatch: route the micro-batch's rows in one transaction (replays are dropped)."""
-        self.write_rows(df.toLocalIterator(prefetchPartitions=True), batch_id)
+        self.write_rows(driver_rows(df), batch_id)
 
     def write_rows(self, rows: Iterable[Any], batch_id: int) -> int:
         """Route ``rows`` (envelope columns, store order) as batch ``batch_id``; returns records sent."""
         touched: Done = {}
-        sent = failures = handled = 0
+        sent = failures = 0
         began = False
         started = time.perf_counter()    # routing and conversion time, per record on average (telemetry)
-        done = self.done
+        done, bridge_id = self.done, self.routes.bridge_id
+        produce, poll = self.producer.produce, self.producer.poll
+        plans: dict[str, TopicPlan] = {}
+        # Rows come in runs of one partition (store order): its bookkeeping is looked up once a run,
+        # and so is its route when the predicates decide it from the topic alone.
+        run_topic, run_partition = "", -1
+        floor = high = run_high = 0      # the run's first offset to export; the next offset after the run
+        plan = TopicPlan((), None)
+        per_row = False                  # the run's rows are routed one by one (plan.route)
+        route: Route | None = None       # else this is the run's route (None: nothing goes to Kafka)
+        destination, full_checks = "", False
+        next_poll = POLL_EVERY
+        produced_to = ""                 # the destination of the last record queued
+        record_headers: RecordHeaders    # str values: the client encodes them (UTF-8) in C
         try:
             # The hot loop: one pass per journaled row, so no allocation or lookup more than needed.
             for row in rows:
                 topic, partition, offset = row["topic"], int(row["partition"]), int(row["offset"])
-                exported = done.get(topic)
-                if exported is not None and offset < exported.get(partition, 0):
+                if partition != run_partition or topic != run_topic:
+                    if high > run_high:
+                        touched.setdefault(run_topic, {})[run_partition] = high
+                    run_topic, run_partition = topic, partition
+                    floor = done.get(topic, {}).get(partition, 0)
+                    run_high = high = touched.get(topic, {}).get(partition, 0)
+                    plan = plans.get(topic) or plans.setdefault(topic, plan_for_topic(self.routes, topic))
+                    per_row, route = bool(plan.tests), _kafka_route(plan.fallback)
+                    if route is not None:
+                        destination, full_checks = route.destination.name, _drops_non_persistent(route)
+                if offset < floor:
                     continue                      # exported by a committed transaction already
-                seen = touched.get(topic)
-                if seen is None:
-                    seen = touched[topic] = {}
-                if seen.get(partition, 0) <= offset:
-                    seen[partition] = offset + 1
-                route = self.routes.first_match(row)
-                if route is None or route.destination.kind != "kafka":
+                if offset >= high:
+                    high = offset + 1
+                if per_row:
+                    route = _kafka_route(plan.route(row))
+                    if route is None:
+                        continue
+                    destination, full_checks = route.destination.name, _drops_non_persistent(route)
+                elif route is None:
                     continue
                 if not began:
                     self.producer.begin_transaction()
                     began = True
                 try:
-                    if self.skip_reason(row, route, KAFKA_SYSTEM) is not None:
-                        continue
-                    self._produce(route.destination.name, route.key_for(row), row,
-                                  headers_for(row, self.routes.bridge_id))
+                    headers = row["headers"]
+                    if type(headers) is not dict:
+                        headers = header_map(row)
+                    if HOPS_HEADER in headers or PATH_HEADER in headers or ORIGIN_HEADER in headers or full_checks:
+                        # Bridged before, or a route that drops some: the full checks.
+                        if self.skip_reason(row, route, KAFKA_SYSTEM) is not None:
+                            continue
+                        key, record_headers = route.key_for(row), cast(RecordHeaders, headers_for(row, bridge_id))
+                    else:
+                        # A message no bridge has carried: no loop, hop one (headers_for's result).
+                        key = route.key_for(row)
+                        try:
+                            content_type = row["content_type"]
+                        except (KeyError, ValueError, IndexError):     # a row without the column
+                            content_type = None
+                        if content_type:
+                            record_headers = {**headers, ORIGIN_HEADER: bridge_id, HOPS_HEADER: "1",
+                                              CONTENT_TYPE_HEADER: content_type}
+                        else:
+                            record_headers = {**headers, ORIGIN_HEADER: bridge_id, HOPS_HEADER: "1"}
+                    body = row["body"]
+                    if body is not None and type(body) is not bytes:
+                        body = bytes(body)      # a bytearray or memoryview; bytes go as they are, uncopied
+                    timestamp = int(row["timestamp"])
+                    try:
+                        # Positional (topic, value, key, partition, callback, on_delivery, timestamp,
+                        # headers): str key and header values are encoded to UTF-8 by the client, in C.
+                        produce(destination, body, key, -1, None, None, timestamp, record_headers)
+                    except (BufferError, KafkaException):
+                        # Nothing was queued: _send waits for room, or says what is wrong.
+                        self._send(destination, key, body, record_headers, timestamp)
+                    if destination != produced_to:
+                        self._txn_topics.add(destination)
+                        produced_to = destination
                     sent += 1
                 except DataError as exc:
                     failures += 1
                     self._soft_failure(row, route, exc)
-                handled += 1
-                if handled % POLL_EVERY == 0:
-                    self.producer.poll(0)
+                if sent + failures >= next_poll:
+                    poll(0)                       # serve delivery callbacks (errors only) now and then
+                    next_poll += POLL_EVERY
+            if high > run_high:
+                touched.setdefault(run_topic, {})[run_partition] = high
             seconds = time.perf_counter() - started
             if not began:
                 return 0        # nothing for Kafka in this batch: no transaction, no marker needed
@@ -163,22 +234,7 @@ class KafkaSink(RouteSink):
         self.producer.flush(10)
 
     # ------------------------------------------------------------------------- internals
-    def _produce(self, topic: str, key: str, row: Any, headers: dict[str, str]) -> None:
-        body = row["body"]
-        if body is not None and type(body) is not bytes:
-            body = bytes(body)      # a bytearray or memoryview; bytes go as they are, uncopied
-        # str header values: the client encodes them (UTF-8) in C, faster than a Python loop.
-        record_key, timestamp = key.encode("utf-8"), int(row["timestamp"])
-        record_headers: Headers = [*headers.items()]
-        try:
-            self.producer.produce(topic, value=body, key=record_key, headers=record_headers, timestamp=timestamp)
-        except (BufferError, KafkaException):
-            # Nothing was queued: _send waits for room, or says what is wrong.
-            self._send(topic, record_key, body, record_headers, timestamp)
-            return
-        self._txn_topics.add(topic)
-
-    def _send(self, topic: str, key: bytes, value: bytes | None, headers: Headers | None,
+    def _send(self, topic: str, key: str | bytes, value: bytes | None, headers: Headers | RecordHeaders | None,
               timestamp: int = 0) -> None:
         for _attempt in range(600):
             try:
@@ -258,6 +314,15 @@ class KafkaSink(RouteSink):
                                f"bridge {self.routes.bridge_id}): {error.str()}")
         return HardFailure(f"Kafka bridge {self.routes.bridge_id}: {doing} failed: {error.str()} "
                            f"({error.name()})")
+
+
+def _kafka_route(route: Route | None) -> Route | None:
+    """``route`` if it goes to Kafka: a message whose first match is another kind's is not ours."""
+    return route if route is not None and route.destination.kind == "kafka" else None
+
+
+def _drops_non_persistent(route: Route) -> bool:
+    return route.options.get("non-persistent") == "drop"
 
 
 def _admin_conf(conf: dict[str, Any]) -> dict[str, Any]:

@@ -201,3 +201,49 @@ def test_routing_telemetry_is_on_the_journals_metrics(tmp_path: Path, names: Any
     prefix = f"jms_bridge_routing_latency_avg{{{labels}}}"
     average = [line for line in text.splitlines() if line.startswith(prefix)]
     assert average and float(average[0].split()[-1]) > 0
+
+
+def test_each_records_headers_are_the_bridged_headers_of_its_message(tmp_path: Path, names: Any) -> None:
+    """Messages no bridge carried take a short way to their headers, bridged ones the full one:
+    either way a record carries exactly headers_for(message), and its key."""
+    from journal_spark.routes import headers_for
+
+    dest = names("shapes")
+    create_topics(dest)
+    bridge = f"shapes-{dest}"
+    path = routes_file(tmp_path, f"bridge.id={bridge}\nroutes.r.predicate=msg.address==shop\n"
+                                 f"routes.r.dest.topic={dest}\nroutes.r.conv.key=msg.header.k\n")
+    sink = KafkaSink(load_routes(path))
+    no_type = message("shop", 1, {"k": "b", "toymb.content_type": "application/json"})
+    del no_type["content_type"]                      # a row without the column keeps the message's own
+    rows = [
+        message("shop", 0, {"k": "a", "jms.JMSType": "order", "": "empty name", "ü": "ünïcode"}),
+        no_type,
+        {**message("shop", 2, {"k": "c", "toymb.content_type": "old/type"}), "content_type": ""},
+        message("shop", 3, {"k": "d", "jmsbridge.hops": "2", "jmsbridge.origin": "other"}),   # the full way
+        message("shop", 4, {"k": "e", "jmsbridge.path": "other@jms:default"}),
+        message("shop", 5, {"k": "f", "toymb.content_type": "replaced"}),
+    ]
+    assert sink.write_rows(rows, 0) == len(rows)
+    records = {r.key().decode(): headers_of(r) for r in consume_all(dest, expect=len(rows))}
+    assert records == {row["headers"]["k"]: headers_for(row, bridge) for row in rows}
+    assert records["d"]["jmsbridge.hops"] == "3" and records["f"]["toymb.content_type"] == "text/plain"
+
+
+def test_a_message_whose_first_match_is_a_jms_route_is_not_sent_to_kafka(tmp_path: Path, names: Any) -> None:
+    dest = names("mixed")
+    create_topics(dest)
+    path = routes_file(tmp_path, f"""bridge.id={dest}
+routes.j.predicate=msg.address==shop && msg.header.to==jms
+routes.j.dest.jms.queue=q
+routes.k.predicate=msg.address==shop
+routes.k.dest.topic={dest}
+routes.only-jms.predicate=msg.address==queue-only
+routes.only-jms.dest.jms.queue=q
+""")
+    rows = [message("shop", 0, {"to": "jms"}), message("shop", 1), message("queue-only", 0),
+            message("queue-only", 1), message("shop", 2, {"to": "kafka"}), message("shop", 3, {"to": "jms"})]
+    sink = KafkaSink(load_routes(path))
+    assert sink.write_rows(rows, 0) == 2
+    assert sorted(r.key().decode() for r in consume_all(dest, expect=2)) == ["shop-0-1", "shop-0-2"]
+    assert sink.done == {"shop": {0: 4}, "queue-only": {0: 2}}     # every row is accounted for

@@ -188,3 +188,40 @@ def test_jms_only_settings_elsewhere_are_refused(tmp_path: Path, lines: list[str
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(RoutesError, match=message):
         load_routes(path)
+
+
+PLANNED = """\
+routes.vip.predicate=msg.address==shop && msg.header.tier==gold || msg.header.kind=="audit me"
+routes.vip.dest.topic=audit
+routes.not-test.predicate=msg.address^=shop && msg.address!=shop-test
+routes.not-test.dest.topic=orders
+routes.eu.predicate=(msg.address==eu || msg.address==eu-2) && msg.header.region!=us
+routes.eu.dest.topic=eu
+routes.catch.predicate=msg.address!=nowhere
+routes.catch.dest.jms.queue=rest
+"""
+
+
+@pytest.mark.parametrize("topic", ["shop", "shop-1", "shop-test", "eu", "eu-2", "misc", "nowhere"])
+def test_a_topic_plan_routes_every_message_as_first_match_does(tmp_path: Path, topic: str) -> None:
+    from journal_spark.route_plan import plan_for_topic
+
+    routes = load_routes(write(tmp_path, PLANNED))
+    plan = plan_for_topic(routes, topic)
+    for headers in ({}, {"tier": "gold"}, {"tier": "silver"}, {"kind": "audit me"}, {"region": "us"},
+                    {"region": "eu", "tier": "gold"}, {"jms.kind": "audit me", "region": "us"}):
+        message = row(topic, headers)
+        assert plan.route(message) is routes.first_match(message), (topic, headers)
+
+
+def test_a_topic_plan_tests_only_what_depends_on_the_message(tmp_path: Path) -> None:
+    from journal_spark.route_plan import plan_for_topic
+
+    routes = load_routes(write(tmp_path, PLANNED))
+    by_name = {r.name: r for r in routes.routes}
+    assert plan_for_topic(routes, "shop-1").tests == (by_name["vip"],)      # kind=="audit me" may hold
+    assert plan_for_topic(routes, "shop-1").fallback is by_name["not-test"]
+    assert plan_for_topic(routes, "nowhere").fallback is None
+    address_only = load_routes(write(tmp_path, "routes.o.predicate=msg.address==orders\nroutes.o.dest.topic=t\n"))
+    assert plan_for_topic(address_only, "orders").tests == ()               # nothing tested per message
+    assert plan_for_topic(address_only, "other").fallback is None
