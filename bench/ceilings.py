@@ -3,7 +3,8 @@
 A ceiling is what the bare part can do with nothing of ToyMB's design in the way:
 
 * the storage engine: the same 256-byte rows into a table keyed only by (topic, partition,
-  offset), with the node's durability (SQLite WAL with ``synchronous=FULL``; PostgreSQL's own
+  offset), with the node's durability and engine configuration (SQLite WAL with
+  ``synchronous=FULL``, the WAL checkpointed in the background as the node does; PostgreSQL's own
   commit), 1,000 rows a commit. The node's other index (client-given ids) is a cost the node
   pays, so it is not in the ceiling;
 * the HTTP server: a bare WSGI callable (no Flask) on the same server the node runs, with the
@@ -26,6 +27,7 @@ from typing import Any
 import requests
 
 from bench.common import free_port
+from broker.store.checkpoint import WalCheckpointer, background_pragmas
 
 BARE_TABLE = ('CREATE TABLE IF NOT EXISTS bare_messages (topic TEXT NOT NULL, "partition" INTEGER NOT NULL, '
               '"offset" BIGINT NOT NULL, id TEXT NOT NULL, key TEXT, headers TEXT NOT NULL, '
@@ -43,12 +45,20 @@ def _rows(count: int, body: bytes) -> list[tuple[Any, ...]]:
 
 
 def sqlite_rows_per_s(rows: int, body: bytes) -> float:
-    """Bare ``executemany`` into the bare table: WAL, ``synchronous=FULL``, 1,000 rows a commit."""
+    """Bare ``executemany`` into the bare table: WAL, ``synchronous=FULL``, 1,000 rows a commit.
+
+    The engine is configured as the node's store is: its commits never checkpoint, a
+    :class:`~broker.store.checkpoint.WalCheckpointer` does in the background (neither a ceiling
+    slowed by SQLite's checkpoint inside commits while the node has it off, nor the reverse).
+    """
     folder = Path(tempfile.mkdtemp(prefix="toymb-raw-"))
+    checkpointer = WalCheckpointer(str(folder / "raw.db"))
     try:
         conn = sqlite3.connect(folder / "raw.db")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
+        background_pragmas(conn, checkpointer.limit_bytes)
+        checkpointer.start()
         conn.execute(BARE_TABLE.format(blob="BLOB"))
         data = _rows(rows, body)
         insert = INSERT.format(marks=",".join("?" * 9))
@@ -56,10 +66,12 @@ def sqlite_rows_per_s(rows: int, body: bytes) -> float:
         for start in range(0, rows, COMMIT_ROWS):
             conn.executemany(insert, data[start:start + COMMIT_ROWS])
             conn.commit()
+            checkpointer.restart_if_due(conn)  # as the node's writer does between commits
         elapsed = time.perf_counter() - started
         conn.close()
         return rows / elapsed
     finally:
+        checkpointer.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -164,8 +164,17 @@ class Appender:
                     break
             if batch:
                 self._commit(batch)
+                self._maintain()
             if stop:
                 return
+
+    def _maintain(self) -> None:
+        """The store's housekeeping (a WAL restart on SQLite), after the commit was answered, so
+        it delays only requests that came meanwhile, and on one thread with the commits."""
+        try:
+            self.store.maintain()
+        except Exception:  # the next commit will tell if the store is really down
+            log.exception("store housekeeping between commits failed")
 
     def _commit(self, batch: list[_Request]) -> None:
         names = {r.topic.name for r in batch}

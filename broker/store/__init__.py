@@ -37,7 +37,7 @@ from .protocols import (
     JournalRepository,
     MessageStore,
 )
-from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, open_engine
+from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, background_checkpointer, open_engine
 
 __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository", "GivenId",
            "GroupRepository", "JournalRepository", "MemoryStore", "MessageStore", "Repositories", "Store",
@@ -66,11 +66,13 @@ class Repositories:
 def open_repositories(url: str, assign: AssignPolicy) -> Repositories:
     """Every repository on the database at ``url`` (as :func:`open_store`), sharing one connection pool.
 
-    ``assign`` is the groups' partition assignment policy (delivery's).
+    ``assign`` is the groups' partition assignment policy (delivery's). On a SQLite file the
+    store checkpoints its write-ahead log in the background, off the commits
+    (:mod:`broker.store.checkpoint`).
     """
     if url.startswith(MEMORY_SCHEME):
         memory = MemoryStore(url)
         return Repositories(memory, GroupStore(memory, assign), MemoryClusterStore(memory),
                             MemoryJournalStore(memory))
-    store = Store(url)
+    store = Store(url, checkpointer=background_checkpointer(url))
     return Repositories(store, GroupStore(store, assign), ClusterStore(store), JournalStore.of(store))

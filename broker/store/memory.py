@@ -147,6 +147,9 @@ class MemoryStore:
     def dispose(self) -> None:
         """Nothing to release; the data stays for the next store opened on the same URL."""
 
+    def maintain(self) -> None:
+        """Nothing to tidy between commits."""
+
     def get_topic(self, name: str) -> Topic | None:
         with self.data.lock:
             return self.data.topics.get(name)

@@ -21,6 +21,7 @@ from sqlalchemy.pool import NullPool
 
 from ..envelope import MessageRow, NewMessage
 from . import dialects, schema
+from .checkpoint import WRITER_BUSY_TIMEOUT_MS, WalCheckpointer, background_pragmas
 from .dialects import normalize_url as normalize_url  # where callers have always found it
 from .schema import message_ids, messages, partitions, topics
 
@@ -48,11 +49,14 @@ class TopicClaim:
     epoch: int
 
 
-def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchronous: str = "FULL") -> Engine:
+def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchronous: str = "FULL",
+                checkpointer: WalCheckpointer | None = None) -> Engine:
     """An engine with SQLite in WAL mode (full sync: an ack survives power loss), PostgreSQL or MariaDB.
 
     ``synchronous`` is SQLite's setting for this engine's connections: ``NORMAL`` only for writes
-    that a power loss may take back (see :meth:`Store.lazy_engine`).
+    that a power loss may take back (see :meth:`Store.lazy_engine`). With a ``checkpointer`` (of
+    the same SQLite file), the connections' commits never checkpoint: it does, in the background,
+    started when the first connection opens.
     """
     if synchronous not in ("FULL", "NORMAL"):
         raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
@@ -69,7 +73,10 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchrono
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous}")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={WRITER_BUSY_TIMEOUT_MS}")
+            if checkpointer is not None:
+                background_pragmas(cursor, checkpointer.limit_bytes)
+                checkpointer.start()
             cursor.close()
 
         return engine
@@ -77,6 +84,14 @@ def open_engine(url: str, *, pool_size: int = 20, pooled: bool = True, synchrono
     if pooled:
         return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **options)
     return create_engine(url, poolclass=NullPool, **options)
+
+
+def background_checkpointer(url: str) -> WalCheckpointer | None:
+    """A :class:`~broker.store.checkpoint.WalCheckpointer` for the SQLite file of ``url``; None for
+    another database (its server checkpoints) or an in-memory one (no log)."""
+    url = normalize_url(url)
+    path = sqlite_file(url) if url.startswith("sqlite") else ""
+    return WalCheckpointer(path) if path else None
 
 
 def sqlite_file(url: str) -> str:
@@ -103,9 +118,15 @@ def create_tables(engine: Engine, create: Callable[[Connection], None]) -> None:
 class Store:
     """Topics, messages and end offsets in one SQL database (SQLite, PostgreSQL or MariaDB)."""
 
-    def __init__(self, url: str, *, engine: Engine | None = None) -> None:
+    def __init__(self, url: str, *, engine: Engine | None = None, checkpointer: WalCheckpointer | None = None) -> None:
+        """``checkpointer`` (of this SQLite file, see :func:`background_checkpointer`): this store's
+        commits never checkpoint the write-ahead log; it does, in a thread of its own, from the
+        first connection until :meth:`dispose`. A node's store has one; a store opened only to read,
+        or now and then to write (tools, tests), checkpoints in its commits as SQLite does by default.
+        """
         self.url = normalize_url(url)
-        self.engine = engine or open_engine(self.url)
+        self.checkpointer = checkpointer
+        self.engine = engine or open_engine(self.url, checkpointer=self.checkpointer)
         self._writer: Engine | None = None
         self._lazy: Engine | None = None
 
@@ -146,6 +167,8 @@ class Store:
             self._writer.dispose()
         if self._lazy is not None:
             self._lazy.dispose()
+        if self.checkpointer is not None:
+            self.checkpointer.stop()
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -185,6 +208,15 @@ class Store:
         with self._writer_engine().begin() as conn:
             yield AppendTransaction(self, conn)
 
+    def maintain(self) -> None:
+        """Housekeeping the writer runs between two commits, once it has answered the last one: on
+        a SQLite file checkpointed in the background, the log's restart when it is due
+        (:meth:`~broker.store.checkpoint.WalCheckpointer.restart_if_due`)."""
+        if self.checkpointer is None or self._writer is None:
+            return
+        with self._writer.connect() as conn:
+            self.checkpointer.restart_if_due(conn.connection.dbapi_connection)
+
     def _writer_engine(self) -> Engine:
         """The engine of the group-commit writer.
 
@@ -201,7 +233,7 @@ class Store:
             # each time) whose page cache stays warm: the writer is the file's only writer of
             # messages, so nothing else invalidates it. Taking any connection of the shared pool,
             # whose cache another's commit had made stale, read about 0.7 pages per message back.
-            self._writer = open_engine(self.url)
+            self._writer = open_engine(self.url, checkpointer=self.checkpointer)
         if self._writer is None:
             self._writer = create_engine(self.url, pool_size=1, max_overflow=1, pool_pre_ping=False,
                                          **dialects.engine_options(self.url))
@@ -221,7 +253,7 @@ class Store:
         if self.dialect != "sqlite" or not sqlite_file(self.url):
             return self.engine
         if self._lazy is None:
-            self._lazy = open_engine(self.url, pool_size=1, synchronous="NORMAL")
+            self._lazy = open_engine(self.url, pool_size=1, synchronous="NORMAL", checkpointer=self.checkpointer)
         return self._lazy
 
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
