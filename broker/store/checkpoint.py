@@ -50,6 +50,7 @@ DEFAULT_LIMIT_BYTES = DEFAULT_CAP_BYTES
 # log is under its cap (a reader then only delays the restart), longer once past it.
 _SOFT_WAIT_MS = 100
 _PINNED_WAIT_MS = 1000
+_PINNED_RETRY_S = 0.01
 # The busy timeout of the store's connections (:func:`broker.store.sql.open_engine`), set back after a restart.
 WRITER_BUSY_TIMEOUT_MS = 30000
 
@@ -143,18 +144,14 @@ class WalCheckpointer:
         committed more by its end, and the log starts over only when a write begins with every
         frame copied: under steady writes that may never happen. Past ``restart_pages`` a
         ``RESTART`` is due, which the writer runs between two commits (:meth:`restart_if_due`):
-        it holds writes off only while it copies the few frames committed since. Past
-        ``cap_pages`` this thread tries too, in case no writer comes (readers pinned the log
-        while only other connections wrote).
+        it holds writes off only while it copies the few frames committed since. Only the writer
+        does: without steady writes, the next write after a complete passive checkpoint starts
+        the log over by itself.
         """
         busy, pages, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         self.checkpoints += 1
-        self._saw(pages, restart_pages, cap_pages)
-        if pages > cap_pages:
-            conn.execute(f"PRAGMA busy_timeout={_PINNED_WAIT_MS}")
-            busy, pages, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-            if not busy:
-                self._due_wait_ms = None
+        if pages >= 0:  # -1: another connection was checkpointing
+            self._saw(pages, restart_pages, cap_pages)
         return bool(busy) or copied < pages
 
     def restart_if_due(self, conn: Any) -> None:
@@ -165,8 +162,8 @@ class WalCheckpointer:
         if wait_ms is None:
             return
         try:
+            conn.execute(f"PRAGMA busy_timeout={wait_ms}")
             while True:
-                conn.execute(f"PRAGMA busy_timeout={wait_ms}")
                 self.restarts += 1
                 busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
                 if not busy:
@@ -174,9 +171,14 @@ class WalCheckpointer:
                     return
                 if wait_ms == _SOFT_WAIT_MS or self._stop.is_set():
                     return  # under the cap a reader only delays the restart: the next commit tries again
+                if pages < 0:
+                    # The checkpointer thread holds the checkpoint lock (a passive round): let it finish.
+                    self._stop.wait(_PINNED_RETRY_S)
+                    continue
+                if self.pinned % 10 == 0:
+                    log.warning("the WAL of %s holds %d pages, past its cap of %d bytes, pinned by a reader: "
+                                "writes wait until it can start over", self.path, pages, self.cap_bytes)
                 self.pinned += 1
-                log.warning("the WAL of %s holds %d pages, past its cap of %d bytes, pinned by a reader: "
-                            "writes wait until it can start over", self.path, pages, self.cap_bytes)
         finally:
             conn.execute(f"PRAGMA busy_timeout={WRITER_BUSY_TIMEOUT_MS}")
 
