@@ -71,7 +71,7 @@ def _check_stored(db: Path, count: int) -> None:
 def test_commits_copy_the_log_into_the_database_only_without_a_checkpointer(tmp_path: Path, background: bool) -> None:
     db = tmp_path / "toymb.db"
     # A checkpointer whose thread does not look during the test: only the commits could checkpoint.
-    idle = WalCheckpointer(str(db), interval_s=3600) if background else None
+    idle = WalCheckpointer(str(db), interval_s=3600, max_delay_s=3600) if background else None
     with _writer(db, idle) as (_store, appender, topic):
         for n in range(0, 8000, 200):  # ~8.5 MiB of log, past SQLite's automatic 1,000 pages (4 MiB)
             appender.append(topic, _batch(n, 200))
@@ -83,9 +83,24 @@ def test_commits_copy_the_log_into_the_database_only_without_a_checkpointer(tmp_
     _check_stored(db, 8000)
 
 
+def test_the_thread_checkpoints_once_enough_of_the_log_waits(tmp_path: Path) -> None:
+    db = tmp_path / "toymb.db"
+    checkpointer = WalCheckpointer(str(db), interval_s=0.01, checkpoint_bytes=2 * MiB, max_delay_s=3600,
+                                   restart_bytes=8 * MiB, cap_bytes=8 * MiB)
+    with _writer(db, checkpointer) as (_store, appender, topic):
+        appender.append(topic, _batch(0, 1000))  # ~1 MiB: fewer pages than it waits for
+        wait_until(lambda: checkpointer.running and _wal_bytes(db) > MiB, what="the first megabyte in the log")
+        copied_before = db.stat().st_size
+        assert checkpointer.checkpoints == 0 and copied_before < MiB
+        appender.append(topic, _batch(1000, 1500))  # past 2 MiB
+        wait_until(lambda: checkpointer.checkpoints > 0 and db.stat().st_size > 2 * MiB, what="a checkpoint")
+    _check_stored(db, 2500)
+
+
 def test_the_log_stays_bounded_under_continuous_publishing(tmp_path: Path) -> None:
     db = tmp_path / "toymb.db"
-    checkpointer = WalCheckpointer(str(db), interval_s=0.01, restart_bytes=256 << 10, cap_bytes=2 * MiB)
+    checkpointer = WalCheckpointer(str(db), interval_s=0.01, checkpoint_bytes=64 << 10, restart_bytes=256 << 10,
+                                   cap_bytes=2 * MiB)
     peak = 0
     with _writer(db, checkpointer) as (_store, appender, topic):
         for n in range(0, 20_000, 200):  # ~20 MiB of log without checkpoints: ten times the cap
@@ -101,7 +116,8 @@ def test_the_log_stays_bounded_under_continuous_publishing(tmp_path: Path) -> No
 
 def test_a_reader_pinning_the_log_makes_writes_wait_not_the_log_grow(tmp_path: Path) -> None:
     db = tmp_path / "toymb.db"
-    checkpointer = WalCheckpointer(str(db), interval_s=0.01, restart_bytes=256 << 10, cap_bytes=2 * MiB)
+    checkpointer = WalCheckpointer(str(db), interval_s=0.01, checkpoint_bytes=64 << 10, restart_bytes=256 << 10,
+                                   cap_bytes=2 * MiB)
     total = 10_000  # ~10 MiB of log: five times the cap
     with _writer(db, checkpointer) as (_store, appender, topic):
         appender.append(topic, _batch(0, 200))
@@ -139,7 +155,8 @@ from broker.store import Store
 from broker.store.checkpoint import WalCheckpointer
 
 db = sys.argv[1]
-checkpointer = WalCheckpointer(db, interval_s=0.005, restart_bytes=128 << 10, cap_bytes=1 << 20)
+checkpointer = WalCheckpointer(db, interval_s=0.005, checkpoint_bytes=32 << 10, restart_bytes=128 << 10,
+                               cap_bytes=1 << 20)
 store = Store(f"sqlite:///{db}", checkpointer=checkpointer)
 store.create_schema()
 topic, _ = store.ensure_topic("t", 8)
