@@ -36,6 +36,8 @@ BARE_TABLE = ('CREATE TABLE IF NOT EXISTS bare_messages (topic TEXT NOT NULL, "p
 INSERT = ('INSERT INTO bare_messages (topic, "partition", "offset", id, key, headers, content_type, body, timestamp) '
           "VALUES ({marks})")
 COMMIT_ROWS = 1000
+# How the SQLite ceiling's engine runs: as the node's store (broker/store/checkpoint.py).
+SQLITE_ENGINE = "WAL, synchronous=FULL, WAL checkpointed in the background as by the node"
 
 
 def _rows(count: int, body: bytes) -> list[tuple[Any, ...]]:

@@ -146,6 +146,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
     results: dict[str, Any] = {"quick": quick, "message_bytes": 256, "batch": BATCH,
                                "batched_clients": BATCHED_CLIENTS, "single_connections": SINGLE_CONNECTIONS}
     results["raw_sqlite_rows_per_s"] = ceilings.sqlite_rows_per_s(50_000 if quick else 300_000, BODY.encode())
+    results["raw_sqlite_engine"] = ceilings.SQLITE_ENGINE
     single_body = json.dumps({"key": "k", "body": BODY, "content_type": "text/plain"})
     with BenchNode({"TOYMB_THREADS": str(SINGLE_CONNECTIONS)}) as node:
         url = f"{node.url}/v1/topics/bench/messages"
