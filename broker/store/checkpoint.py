@@ -47,9 +47,10 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 0.05
 DEFAULT_CHECKPOINT_BYTES = 4 << 20
 DEFAULT_MAX_DELAY_S = 1.0
-# Past this, a short RESTART checkpoint follows the passive one, so that the log starts over.
+# Past this, the writer runs a short RESTART checkpoint between two commits, so that the log starts over.
 DEFAULT_RESTART_BYTES = 16 << 20
-# Past this, checkpoints wait for readers and hold writers off until the log starts over.
+# Past this (readers pin the log), the writer's RESTART waits for them, holding writes off, until the
+# log starts over.
 DEFAULT_CAP_BYTES = 64 << 20
 # A log grown past this (a spike, or a pinned reader) is cut back to it when it starts over.
 DEFAULT_LIMIT_BYTES = DEFAULT_CAP_BYTES
@@ -57,7 +58,7 @@ DEFAULT_LIMIT_BYTES = DEFAULT_CAP_BYTES
 # log is under its cap (a reader then only delays the restart), longer once past it.
 _SOFT_WAIT_MS = 100
 _PINNED_WAIT_MS = 1000
-_PINNED_RETRY_S = 0.01
+_PINNED_RETRY_S = 0.01  # the pause when the checkpointer thread holds the checkpoint lock
 # The busy timeout of the store's connections (:func:`broker.store.sql.open_engine`), set back after a restart.
 WRITER_BUSY_TIMEOUT_MS = 30000
 
@@ -92,7 +93,7 @@ class WalCheckpointer:
         self.cap_bytes = cap_bytes
         self.limit_bytes = limit_bytes
         self.checkpoints = 0      # passive checkpoints run
-        self.restarts = 0         # checkpoints that waited for readers (the log was past its cap)
+        self.restarts = 0         # RESTART checkpoints the writer ran
         self.log_pages = 0        # pages in the log at the last checkpoint
         self.peak_log_pages = 0
         self.pinned = 0           # restarts that found readers pinning the log past its cap
@@ -129,9 +130,9 @@ class WalCheckpointer:
 
     def _run(self) -> None:
         conn = self._connect()
-        shm = _open_wal_index(self.path)
+        shm: int | None = None
         try:
-            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])  # opens the log and its index
             every_pages = max(1, self.checkpoint_bytes // page_size)
             restart_pages = max(1, self.restart_bytes // page_size)
             cap_pages = max(1, self.cap_bytes // page_size)
@@ -140,20 +141,20 @@ class WalCheckpointer:
             last = time.monotonic()
             while not self._stop.wait(self.interval_s):
                 try:
+                    if shm is None:
+                        shm = _open_wal_index(self.path)
+                    # Copy about as much at a time as SQLite's own checkpoint would: few checkpoints,
+                    # each one sync of the database file. At least every max_delay_s, whatever the
+                    # index says, whatever was committed since is copied too.
                     frames = _log_frames(shm)
-                    if frames is not None:
-                        # Copy about as much at a time as SQLite's own checkpoint would, or what
-                        # is there after max_delay_s: few checkpoints, each one sync of the file.
-                        waiting = frames[0] - frames[1]
-                        if waiting < every_pages and (waiting <= 0 or time.monotonic() - last < self.max_delay_s):
-                            continue
-                    else:
+                    due = frames is not None and frames[0] - frames[1] >= every_pages
+                    if not due and time.monotonic() - last >= self.max_delay_s:
                         version = conn.execute("PRAGMA data_version").fetchone()[0]
-                        if version == seen and not behind:
-                            continue  # nothing committed since the last look
+                        due = version != seen or behind
                         seen = version
-                    last = time.monotonic()
-                    behind = self.checkpoint(conn, restart_pages, cap_pages)
+                    if due:
+                        last = time.monotonic()
+                        behind = self.checkpoint(conn, restart_pages, cap_pages)
                 except sqlite3.Error as exc:  # a locked or vanished file: try again at the next tick
                     log.warning("WAL checkpoint of %s failed: %s", self.path, exc)
                     behind = True
@@ -231,7 +232,7 @@ def _open_wal_index(path: str) -> int | None:
     try:
         return os.open(f"{path}-shm", os.O_RDONLY)
     except OSError:
-        return None  # a build that keeps the index in memory: checkpoint on each change instead
+        return None  # not there yet, or kept in memory: checkpoint every max_delay_s meanwhile
 
 
 def _log_frames(shm: int | None) -> tuple[int, int] | None:

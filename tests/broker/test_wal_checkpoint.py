@@ -97,6 +97,16 @@ def test_the_thread_checkpoints_once_enough_of_the_log_waits(tmp_path: Path) -> 
     _check_stored(db, 2500)
 
 
+def test_fewer_pages_are_checkpointed_after_the_longest_delay(tmp_path: Path) -> None:
+    db = tmp_path / "toymb.db"
+    checkpointer = WalCheckpointer(str(db), interval_s=0.01, checkpoint_bytes=8 * MiB, max_delay_s=0.2,
+                                   restart_bytes=8 * MiB, cap_bytes=8 * MiB)
+    with _writer(db, checkpointer) as (_store, appender, topic):
+        appender.append(topic, _batch(0, 1000))  # ~1 MiB, far fewer pages than it waits for
+        wait_until(lambda: db.stat().st_size > MiB, what="the megabyte checkpointed after the delay")
+    _check_stored(db, 1000)
+
+
 def test_the_log_stays_bounded_under_continuous_publishing(tmp_path: Path) -> None:
     db = tmp_path / "toymb.db"
     checkpointer = WalCheckpointer(str(db), interval_s=0.01, checkpoint_bytes=64 << 10, restart_bytes=256 << 10,
