@@ -99,6 +99,7 @@ class WalCheckpointer:
         self.pinned = 0           # restarts that found readers pinning the log past its cap
         # Set by the thread when a RESTART is due: how long the writer's one may wait for readers.
         self._due_wait_ms: int | None = None
+        self._index: int | None = None  # the wal-index file (-shm), read without SQLite
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,6 +118,18 @@ class WalCheckpointer:
         if thread is not None:
             self._stop.set()
             thread.join(timeout=30)
+        with self._lock:
+            index, self._index = self._index, None
+        if index is not None:
+            os.close(index)
+
+    def _wal_index(self) -> int | None:
+        """The ``-shm`` file, opened once it exists (by the thread or the writer, whichever asks first)."""
+        if self._index is None:
+            with self._lock:
+                if self._index is None and not self._stop.is_set():
+                    self._index = _open_wal_index(self.path)
+        return self._index
 
     @property
     def running(self) -> bool:
@@ -130,7 +143,6 @@ class WalCheckpointer:
 
     def _run(self) -> None:
         conn = self._connect()
-        shm: int | None = None
         try:
             page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])  # opens the log and its index
             every_pages = max(1, self.checkpoint_bytes // page_size)
@@ -141,12 +153,10 @@ class WalCheckpointer:
             last = time.monotonic()
             while not self._stop.wait(self.interval_s):
                 try:
-                    if shm is None:
-                        shm = _open_wal_index(self.path)
                     # Copy about as much at a time as SQLite's own checkpoint would: few checkpoints,
                     # each one sync of the database file. At least every max_delay_s, whatever the
                     # index says, whatever was committed since is copied too.
-                    frames = _log_frames(shm)
+                    frames = _log_frames(self._wal_index())
                     due = frames is not None and frames[0] - frames[1] >= every_pages
                     if not due and time.monotonic() - last >= self.max_delay_s:
                         version = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -159,8 +169,6 @@ class WalCheckpointer:
                     log.warning("WAL checkpoint of %s failed: %s", self.path, exc)
                     behind = True
         finally:
-            if shm is not None:
-                os.close(shm)
             conn.close()
 
     def checkpoint(self, conn: sqlite3.Connection, restart_pages: int, cap_pages: int) -> bool:
@@ -185,6 +193,10 @@ class WalCheckpointer:
         two of its commits; see :meth:`checkpoint`). Past the cap it is repeated until readers
         let the log start over, holding writes off meanwhile: the log stays bounded."""
         wait_ms = self._due_wait_ms
+        frames = _log_frames(self._wal_index())
+        if frames is not None and frames[0] * frames[2] > self.cap_bytes:
+            # Past the cap, whatever the thread saw last: the bound must not wait for its next look.
+            wait_ms = _PINNED_WAIT_MS
         if wait_ms is None:
             return
         try:
@@ -221,10 +233,13 @@ class WalCheckpointer:
 
 # The wal-index header in the ``-shm`` file (SQLite's WAL format, "the wal-index header"): two
 # copies of 48 bytes, then the checkpoint information; native byte order. ``mxFrame`` (the last
-# valid frame of the log) is at byte 16 of each copy, ``nBackfill`` (frames copied) at byte 96.
+# valid frame of the log) is at byte 16 of each copy, the page size at byte 14, ``nBackfill``
+# (frames copied) at byte 96.
 _HEADER = 48
 _MX_FRAME = struct.Struct("=I")
 _MX_FRAME_AT = 16
+_PAGE_SIZE = struct.Struct("=H")  # szPage at byte 14; 1 stands for 65,536
+_PAGE_SIZE_AT = 14
 _BACKFILL_AT = 96
 
 
@@ -235,9 +250,9 @@ def _open_wal_index(path: str) -> int | None:
         return None  # not there yet, or kept in memory: checkpoint every max_delay_s meanwhile
 
 
-def _log_frames(shm: int | None) -> tuple[int, int] | None:
-    """(frames in the log, frames copied into the database), read from the wal-index without a
-    lock; None when it cannot be read or was caught mid-update (the two header copies differ)."""
+def _log_frames(shm: int | None) -> tuple[int, int, int] | None:
+    """(frames in the log, frames copied into the database, page size), read from the wal-index
+    without a lock; None when it cannot be read or was caught mid-update (the two header copies differ)."""
     if shm is None:
         return None
     try:
@@ -246,4 +261,6 @@ def _log_frames(shm: int | None) -> tuple[int, int] | None:
         return None
     if len(raw) < _BACKFILL_AT + 4 or raw[:_HEADER] != raw[_HEADER:2 * _HEADER]:
         return None
-    return _MX_FRAME.unpack_from(raw, _MX_FRAME_AT)[0], _MX_FRAME.unpack_from(raw, _BACKFILL_AT)[0]
+    page_size = _PAGE_SIZE.unpack_from(raw, _PAGE_SIZE_AT)[0]
+    return (_MX_FRAME.unpack_from(raw, _MX_FRAME_AT)[0], _MX_FRAME.unpack_from(raw, _BACKFILL_AT)[0],
+            65536 if page_size == 1 else page_size)
