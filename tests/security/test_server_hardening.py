@@ -317,7 +317,7 @@ def test_a_cap_beyond_the_open_files_limit_stops_the_node_with_a_message(tmp_pat
 
 def test_a_low_soft_open_files_limit_is_raised_for_the_cap() -> None:
     script = ("import resource\n"
-              "from broker.http_server import FD_RESERVE, ensure_fd_limit\n"
+              "from broker.aserver import FD_RESERVE, ensure_fd_limit\n"
               "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
               "resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))\n"
               "ensure_fd_limit(1000)\n"
