@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from email.utils import formatdate
-from typing import Any
+from typing import Any, NamedTuple
 
 # A Content-Length longer than this is refused before it is converted to an int: no body the
 # node accepts needs more digits, and int() of a few thousand digits is a CPU cost a client chooses.
@@ -66,8 +66,17 @@ def too_large(limit: int) -> Refusal:
     return Refusal(413, f"the request body is over {limit} bytes (TOYMB_MAX_REQUEST)", limit="request", max=limit)
 
 
-def framing_error(headers: list[tuple[bytes, bytes]], version: str) -> str | None:
-    """Why a request's framing is ambiguous, or None.
+class Framing(NamedTuple):
+    """How a request's body is framed, read from its headers in one pass."""
+
+    problem: str | None      # why the framing is refused (a 400), or None
+    length: int | None       # the Content-Length, if any
+    chunked: bool
+    expect_continue: bool
+
+
+def read_framing(headers: list[tuple[bytes, bytes]], version: str) -> Framing:
+    """The request's framing, refusing what is ambiguous.
 
     A proxy in front may read ``Transfer-Encoding`` and ``Content-Length`` the other way from
     this server, and the rest of the body becomes a second, smuggled request. So the length must
@@ -76,26 +85,31 @@ def framing_error(headers: list[tuple[bytes, bytes]], version: str) -> str | Non
     """
     lengths: list[bytes] = []
     encodings: list[bytes] = []
+    expect = False
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"content-length":
             lengths.append(value.strip(b" \t"))
         elif lowered == b"transfer-encoding":
             encodings.append(value.strip(b" \t"))
+        elif lowered == b"expect":
+            expect = value.strip(b" \t").lower() == b"100-continue" and version == "1.1"
+    problem = None
     if lengths and encodings:
-        return "a request may not have both Transfer-Encoding and Content-Length"
-    if len(lengths) > 1:
-        return "a request may have only one Content-Length"
-    if lengths and len(lengths[0]) > MAX_LENGTH_DIGITS:
-        return f"Content-Length has more than {MAX_LENGTH_DIGITS} digits"
-    if lengths and not lengths[0].isdigit():
-        return "Content-Length must be digits"
-    if encodings:
-        if len(encodings) > 1 or encodings[0].lower() != b"chunked":
-            return "Transfer-Encoding must be exactly chunked"
-        if version != "1.1":
-            return "Transfer-Encoding needs HTTP/1.1"
-    return None
+        problem = "a request may not have both Transfer-Encoding and Content-Length"
+    elif len(lengths) > 1:
+        problem = "a request may have only one Content-Length"
+    elif lengths and len(lengths[0]) > MAX_LENGTH_DIGITS:
+        problem = f"Content-Length has more than {MAX_LENGTH_DIGITS} digits"
+    elif lengths and not lengths[0].isdigit():
+        problem = "Content-Length must be digits"
+    elif encodings and (len(encodings) > 1 or encodings[0].lower() != b"chunked"):
+        problem = "Transfer-Encoding must be exactly chunked"
+    elif encodings and version != "1.1":
+        problem = "Transfer-Encoding needs HTTP/1.1"
+    if problem is not None:
+        return Framing(problem, None, False, False)
+    return Framing(None, int(lengths[0]) if lengths else None, bool(encodings), expect)
 
 
 def response_head(version: str, status: str, headers: list[tuple[str, str]], ident: str, connection: str | None) -> bytes:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from .framing import MAX_HEADER_BYTES, Refusal, framing_error, response_head, too_large
+from .framing import MAX_HEADER_BYTES, Refusal, read_framing, response_head, too_large
 from .request import Request
 from .wsgi import Outlet, run_app
 
@@ -144,17 +144,15 @@ class Connection(asyncio.Protocol):
         request.keep_alive = self.parser.should_keep_alive()
         if request.head_bytes > MAX_HEADER_BYTES:
             self._fail(Refusal(431, f"Request Header Fields Too Large: over {MAX_HEADER_BYTES} bytes"))
-        problem = framing_error(request.headers, request.version)
-        if problem is not None:
-            self._fail(Refusal(400, f"Bad Request: {problem}"))
-        length = request.header(b"content-length")
-        limit = self.server.max_request
-        if length is not None and int(length) > limit:
-            self._fail(too_large(limit))   # from the header alone: the body is never read
-        request.chunked = request.header(b"transfer-encoding") is not None
-        expect = request.header(b"expect")
-        if (expect is not None and expect.strip().lower() == b"100-continue" and request.version == "1.1"
-                and not self.waiting and not self.serving and self.transport is not None):
+        framing = read_framing(request.headers, request.version)
+        if framing.problem is not None:
+            self._fail(Refusal(400, f"Bad Request: {framing.problem}"))
+        if framing.length is not None and framing.length > self.server.max_request:
+            self._fail(too_large(self.server.max_request))   # from the header alone: the body is never read
+        request.chunked = framing.chunked
+        # As waitress: a client waiting for it may send the body now. Not while an earlier answer
+        # is still to come, which the 100 would precede.
+        if framing.expect_continue and not self.waiting and not self.serving and self.transport is not None:
             self.transport.write(CONTINUE)
 
     def on_body(self, body: bytes) -> None:
@@ -207,9 +205,9 @@ class Connection(asyncio.Protocol):
 
     def _answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         """The answer of a request the inline handler took (any thread)."""
-        self.loop.call_soon_threadsafe(self._send_inline, request, status, headers, body)
+        self.server.post(self, request, status, headers, body)
 
-    def _send_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+    def send_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         close = not request.keep_alive or self.server.draining
         request.keep_alive = not close
         connection = "close" if close else ("Keep-Alive" if request.version == "1.0" else None)

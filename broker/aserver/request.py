@@ -71,13 +71,6 @@ class Request:
             self.spool = None
         self.body = []
 
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of header ``name`` (lower case), or None."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
-
     def environ(self, peer: tuple[str, int], server_name: str, server_port: str, ident: str) -> dict[str, Any]:
         """The WSGI environ of this request, as waitress builds it.
 

@@ -29,6 +29,7 @@ import uvloop
 from ..errors import ConfigError
 from .framing import Refusal
 from .protocol import Connection
+from .request import Request
 from .wsgi import WorkerPool, WSGIApp
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,10 @@ class Server:
         self.listener: asyncio.Server | None = None
         self.stopped: asyncio.Future[None] | None = None
         self._workers: WorkerPool | None = None
+        # Inline answers from other threads, sent by one call on the loop however many are posted:
+        # a commit answers a whole batch of publishes, and each wake-up of the loop is a syscall.
+        self._outbox: list[tuple[Connection, Request, str, list[tuple[str, str]], bytes]] = []
+        self._outbox_lock = threading.Lock()
 
     @property
     def workers(self) -> WorkerPool:
@@ -128,6 +133,21 @@ class Server:
         else:
             self.socket.close()
         self._sweep()
+
+    def post(self, connection: Connection, request: Request, status: str, headers: list[tuple[str, str]],
+             body: bytes) -> None:
+        """Queue an inline request's answer for the loop to send (any thread)."""
+        with self._outbox_lock:
+            self._outbox.append((connection, request, status, headers, body))
+            first = len(self._outbox) == 1
+        if first:
+            self.event_loop().call_soon_threadsafe(self._send_posted)
+
+    def _send_posted(self) -> None:
+        with self._outbox_lock:
+            posted, self._outbox = self._outbox, []
+        for connection, request, status, headers, body in posted:
+            connection.send_inline(request, status, headers, body)
 
     def admit(self, connection: Connection) -> bool:
         """Register a new connection, making room at the cap; False if every connection is busy."""
