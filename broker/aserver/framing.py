@@ -112,7 +112,8 @@ def read_framing(headers: list[tuple[bytes, bytes]], version: str) -> Framing:
     return Framing(None, int(lengths[0]) if lengths else None, bool(encodings), expect)
 
 
-def response_head(version: str, status: str, headers: list[tuple[str, str]], ident: str, connection: str | None) -> bytes:
+def response_head(version: str, status: str, headers: list[tuple[str, str]], ident: str,
+                  connection: str | None) -> bytes:
     """The status line and headers of an answer, with the server's ``Server`` and ``Date``."""
     lines = [f"HTTP/{version} {status}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in headers)

@@ -89,7 +89,7 @@ class WorkerPool:
         while (job := self.jobs.get()) is not None:
             try:
                 job()
-            except Exception:  # noqa: BLE001 - a worker must survive whatever one request does
+            except Exception:
                 log.exception("an HTTP worker's job failed")
 
     def shutdown(self) -> None:
@@ -108,7 +108,7 @@ def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dic
         answer.send_all(result)
     except ClientGone:
         pass
-    except Exception:  # noqa: BLE001 - an app failure is a JSON 500, never a silent hang
+    except Exception:
         log.exception("the app failed answering %s %s", request.method, request.url[:200])
         if answer.head_sent:
             connection.loop.call_soon_threadsafe(connection.abort)
@@ -124,7 +124,7 @@ def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dic
         if close is not None:
             try:
                 close()
-            except Exception:  # noqa: BLE001 - as above
+            except Exception:
                 log.exception("closing the app's answer failed")
 
 
@@ -138,7 +138,8 @@ class Answer:
         self.headers: list[tuple[str, str]] = []
         self.head_sent = False
 
-    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
+    def start_response(self, status: str, headers: list[tuple[str, str]],
+                       exc_info: Any = None) -> Callable[[bytes], None]:
         if self.head_sent and exc_info is not None:
             raise exc_info[1].with_traceback(exc_info[2])
         self.status, self.headers = status, list(headers)
