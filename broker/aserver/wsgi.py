@@ -44,11 +44,15 @@ class Outlet:
     def send(self, data: bytes, request: Request | None) -> None:
         """Send ``data`` (any thread but the loop's); with ``request``, that request's answer is then whole.
 
+        Waits while the client is behind, except for an answer's last piece: the worker is then
+        free at once, and the connection holds at most its buffer's high-water mark plus that piece
+        (which exists in memory anyway). A client that never reads a large answer holds no thread.
+
         Raises:
             ClientGone: the connection closed.
         """
         with self.ready:
-            while (self.paused or self.queued > QUEUED_HIGH) and not self.closed:
+            while request is None and (self.paused or self.queued > QUEUED_HIGH) and not self.closed:
                 self.ready.wait()
             if self.closed:
                 raise ClientGone
@@ -170,22 +174,22 @@ class Answer:
             request.keep_alive = False
         head = response_head(request.version, self.status, headers, self.connection.server.ident, connection)
         outlet = self.connection.outlet
-        if isinstance(result, (list, tuple)) and len(result) <= 1 and not chunked:
-            # Most answers: head and body in one piece, handed to the loop once.
-            self.head_sent = True
-            outlet.send(head + result[0] if result and has_body else head, request)
-            return
-        pending = head
+        # Each piece is held back until the next one comes, so that the last goes with the answer's
+        # end: one handoff to the loop for an answer of one piece (Flask's usual), whatever its iterable.
+        held, held_body = head, False
         for chunk in result:
             if not chunk or not has_body:
                 continue
             if chunked:
                 chunk = b"%x\r\n%b\r\n" % (len(chunk), chunk)
-            if pending:
-                chunk, pending = pending + chunk, b""
-            self.head_sent = True
-            outlet.send(chunk, None)
+            if held_body:
+                self.head_sent = True
+                outlet.send(held, None)
+                held = chunk
+            else:
+                held += chunk   # the head goes with the first piece
+            held_body = True
         if chunked and has_body:
-            pending += b"0\r\n\r\n"
+            held += b"0\r\n\r\n"
         self.head_sent = True
-        outlet.send(pending, request)
+        outlet.send(held, request)
