@@ -130,8 +130,8 @@ def test_clients_that_never_read_large_answers_hold_no_worker_thread(tmp_path: P
         sids = [requests.post(f"{proc.url}/v1/topics/hoard/groups/g{n}/subscribers", json={"mode": "pull"},
                               timeout=TIMEOUT).json()["subscriber_id"] for n in range(3)]
         for n in range(8):
-            r = requests.post(f"{proc.url}/v1/topics/hoard/messages", json={"id": f"big-{n}", "body": "x" * ((1 << 20) - 2)},
-                              timeout=TIMEOUT)
+            r = requests.post(f"{proc.url}/v1/topics/hoard/messages",
+                              json={"id": f"big-{n}", "body": "x" * ((1 << 20) - 2)}, timeout=TIMEOUT)
             assert r.status_code == 201, r.text
         stuck = []
         try:
