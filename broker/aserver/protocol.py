@@ -52,6 +52,7 @@ class Connection(asyncio.Protocol):
         self.reading = True
         self.head_bytes = 0           # bytes received since the current request began, until its headers end
         self.failure: Refusal | None = None
+        self.body_left = 0            # body bytes read here, not by llhttp (see _ignore_upgrade)
         self.last_activity = time.monotonic()
         self.buffered = 0             # the transport's outgoing buffer at the last sweep (progress)
         self.outlet = Outlet(self)
@@ -73,6 +74,15 @@ class Connection(asyncio.Protocol):
         self.last_activity = time.monotonic()
         if self.broken or self.closed:
             return   # lingering after a refusal: read and dropped
+        while data:
+            data = self._take_body(data) if self.body_left else self._parse(data)
+        if len(self.waiting) > 1 and self.reading and not self.broken:
+            self.reading = False
+            self.transport.pause_reading()  # type: ignore[union-attr]
+        self._serve_next()
+
+    def _parse(self, data: bytes) -> bytes:
+        """Feed ``data`` to llhttp; what is left when it stopped at an ``Upgrade`` it was told to ignore."""
         if self.parsing is None or not self.parsing.headers_done:
             self.head_bytes += len(data)
         try:
@@ -81,23 +91,46 @@ class Connection(asyncio.Protocol):
             self._refuse(refusal)
         except httptools.HttpParserCallbackError:
             self._refuse(self.failure or Refusal(400, "Bad Request: the request could not be read"))
-        except httptools.HttpParserUpgrade:
-            # Upgrades are not served: the request before it is answered, and the connection closed.
-            if self.parsing is not None:
-                self._refuse(Refusal(400, "Bad Request: protocol upgrades are not supported"))
-            else:
-                self.broken = True
-                if self.waiting and isinstance(self.waiting[-1], Request):
-                    self.waiting[-1].keep_alive = False
+        except httptools.HttpParserUpgrade as upgrade:
+            return self._ignore_upgrade(data[upgrade.args[0]:])
         except httptools.HttpParserError as exc:
             self._refuse(Refusal(400, f"Bad Request: {exc}"))
         else:
             if self.parsing is not None and not self.parsing.headers_done and self.head_bytes > MAX_HEADER_BYTES:
                 self._refuse(Refusal(431, f"Request Header Fields Too Large: over {MAX_HEADER_BYTES} bytes"))
-        if len(self.waiting) > 1 and self.reading and not self.broken:
-            self.reading = False
-            self.transport.pause_reading()  # type: ignore[union-attr]
-        self._serve_next()
+        return b""
+
+    def _ignore_upgrade(self, rest: bytes) -> bytes:
+        """Serve a request that asked for another protocol (Java's HttpClient asks for h2c on every
+        request) as plain HTTP/1.1, as waitress did: llhttp stopped at its headers, so its body is
+        read here, and a new parser takes the requests after it."""
+        self.parser = httptools.HttpRequestParser(self)
+        request = self.waiting[-1] if self.waiting else None
+        if not isinstance(request, Request) or self.parsing is not None or request.method == "CONNECT":
+            self.broken = True   # a tunnel is not served: answer what came before, then close
+            if isinstance(request, Request):
+                request.keep_alive = False
+            return b""
+        if request.chunked:
+            self._refuse(Refusal(400, "Bad Request: a request asking for an Upgrade may not have a chunked body"))
+            return b""
+        if request.length:
+            self.waiting.pop()
+            self.parsing, self.body_left = request, request.length
+        return rest
+
+    def _take_body(self, data: bytes) -> bytes:
+        """Read the body of a request whose Upgrade was ignored; the rest of ``data`` is after it."""
+        request = self.parsing
+        assert request is not None
+        piece = data[:self.body_left]
+        request.add_body(piece, self.server.max_request)   # within the limit: its length was checked
+        self.body_left -= len(piece)
+        if not self.body_left:
+            self.waiting.append(request)
+            self.parsing = None
+            self.head_bytes = 0
+        return data[len(piece):]
 
     def eof_received(self) -> bool:
         self.peer_done = True
@@ -150,6 +183,7 @@ class Connection(asyncio.Protocol):
         if framing.length is not None and framing.length > self.server.max_request:
             self._fail(too_large(self.server.max_request))   # from the header alone: the body is never read
         request.chunked = framing.chunked
+        request.length = framing.length
         # As waitress: a client waiting for it may send the body now. Not while an earlier answer
         # is still to come, which the 100 would precede.
         if framing.expect_continue and not self.waiting and not self.serving and self.transport is not None:

@@ -25,7 +25,7 @@ class Request:
     """One request of a connection, from its first byte until its answer is sent."""
 
     __slots__ = ("body", "body_bytes", "chunked", "head_bytes", "headers", "headers_done", "keep_alive",
-                 "method", "spool", "started", "url", "version")
+                 "length", "method", "spool", "started", "url", "version")
 
     def __init__(self, started: float) -> None:
         self.started = started            # time.monotonic() of the first byte: the header timeout's clock
@@ -37,6 +37,7 @@ class Request:
         self.version = "1.1"
         self.keep_alive = True
         self.chunked = False
+        self.length: int | None = None   # the Content-Length
         self.body: list[bytes] = []
         self.body_bytes = 0
         self.spool: IO[bytes] | None = None
