@@ -247,9 +247,13 @@ class Connection(asyncio.Protocol):
         connection = "close" if close else ("Keep-Alive" if request.version == "1.0" else None)
         self._write(response_head(request.version, status, headers, self.server.ident, connection) + body, request)
 
-    def write_queued(self, data: bytes, request: Request | None) -> None:
-        """Send what a worker handed over (the loop's thread); with ``request``, its answer is whole."""
+    def write_queued(self, data: bytes) -> None:
+        """Send a piece of an answer a worker handed over (the loop's thread)."""
         self.outlet.written(len(data))
+        self._write(data, None)
+
+    def write_last(self, data: bytes, request: Request) -> None:
+        """Send the last piece of ``request``'s answer, which a worker handed over (the loop's thread)."""
         self._write(data, request)
 
     def _write(self, data: bytes, request: Request | None) -> None:

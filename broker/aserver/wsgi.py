@@ -51,13 +51,17 @@ class Outlet:
         Raises:
             ClientGone: the connection closed.
         """
+        if request is not None:
+            # Not counted in ``queued``: the next answer starts only after the loop has written this.
+            self.connection.loop.call_soon_threadsafe(self.connection.write_last, data, request)
+            return
         with self.ready:
-            while request is None and (self.paused or self.queued > QUEUED_HIGH) and not self.closed:
+            while (self.paused or self.queued > QUEUED_HIGH) and not self.closed:
                 self.ready.wait()
             if self.closed:
                 raise ClientGone
             self.queued += len(data)
-        self.connection.loop.call_soon_threadsafe(self.connection.write_queued, data, request)
+        self.connection.loop.call_soon_threadsafe(self.connection.write_queued, data)
 
     def written(self, size: int) -> None:
         """The loop put ``size`` queued bytes into the transport."""
