@@ -141,7 +141,10 @@ class Server:
             self._outbox.append((connection, request, status, headers, body))
             first = len(self._outbox) == 1
         if first:
-            self.event_loop().call_soon_threadsafe(self._send_posted)
+            try:
+                self.event_loop().call_soon_threadsafe(self._send_posted)
+            except RuntimeError:
+                pass   # the loop has ended (the node stopped): its connections are gone too
 
     def _send_posted(self) -> None:
         with self._outbox_lock:

@@ -53,7 +53,7 @@ class Outlet:
         """
         if request is not None:
             # Not counted in ``queued``: the next answer starts only after the loop has written this.
-            self.connection.loop.call_soon_threadsafe(self.connection.write_last, data, request)
+            self._hand_over(self.connection.write_last, data, request)
             return
         with self.ready:
             while (self.paused or self.queued > QUEUED_HIGH) and not self.closed:
@@ -61,7 +61,15 @@ class Outlet:
             if self.closed:
                 raise ClientGone
             self.queued += len(data)
-        self.connection.loop.call_soon_threadsafe(self.connection.write_queued, data)
+        self._hand_over(self.connection.write_queued, data)
+
+    def _hand_over(self, write: Callable[..., None], *args: Any) -> None:
+        if self.closed:
+            raise ClientGone
+        try:
+            self.connection.loop.call_soon_threadsafe(write, *args)
+        except RuntimeError:   # the loop has ended: the node stopped (a long poll cut by the drain)
+            raise ClientGone from None
 
     def written(self, size: int) -> None:
         """The loop put ``size`` queued bytes into the transport."""
