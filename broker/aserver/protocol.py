@@ -233,8 +233,17 @@ class Connection(asyncio.Protocol):
             self._linger()
             return
         inline = self.server.inline
-        if inline is not None and inline(environ, functools.partial(self._answer_inline, item)):
-            return
+        if inline is not None:
+            try:
+                if inline(environ, functools.partial(self._answer_inline, item)):
+                    return
+            except Exception:   # a fault of the handler is a JSON 500, not a hung connection
+                log.exception("the inline handler failed on %s %s", item.method, item.url[:200])
+                item.close()
+                self.waiting[0] = Refusal(500, "the server could not answer this request; see the node's log")
+                self.serving = False
+                self._serve_next()
+                return
         self.server.workers.submit(functools.partial(run_app, self.server.app, self, item, environ))
 
     def _answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
