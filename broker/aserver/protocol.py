@@ -71,11 +71,15 @@ class Connection(asyncio.Protocol):
             transport.close()
 
     def data_received(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
+        before, self.last_activity = self.last_activity, time.monotonic()
         if self.broken or self.closed:
             return   # lingering after a refusal: read and dropped
         while data:
             data = self._take_body(data) if self.body_left else self._parse(data)
+        if self.parsing is None and not self.waiting and not self.broken:
+            # Only blank lines, which llhttp skips before a request: not activity, or a client
+            # dripping CRLFs would hold the connection with neither timeout ever running.
+            self.last_activity = before
         if len(self.waiting) > 1 and self.reading and not self.broken:
             self.reading = False
             self.transport.pause_reading()  # type: ignore[union-attr]

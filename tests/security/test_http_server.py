@@ -20,7 +20,7 @@ import requests
 from tests.support import NodeProcess
 
 from .test_inline_publish import read_replies, request
-from .test_server_hardening import _json_error, _read_until_closed
+from .test_server_hardening import _closed_by_server, _json_error, _read_until_closed
 
 TIMEOUT = 20.0
 
@@ -28,6 +28,13 @@ TIMEOUT = 20.0
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     with NodeProcess(tmp_path_factory.mktemp("aserver"), env={"TOYMB_INLINE_PUBLISH": "true"}) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    env = {"TOYMB_IDLE_TIMEOUT_MS": "1500", "TOYMB_HEADER_TIMEOUT_MS": "1500"}
+    with NodeProcess(tmp_path_factory.mktemp("aserver-quick"), env=env) as proc:
         yield proc
 
 
@@ -50,6 +57,22 @@ def test_a_request_sent_a_byte_per_packet_is_answered(node: NodeProcess) -> None
             time.sleep(0.001)   # each byte its own segment (TCP_NODELAY)
         (status, _, body), = read_replies(sock, 1)
     assert status == 201 and body["id"] == "dripped"
+
+
+def test_blank_lines_dripped_forever_do_not_hold_a_connection(quick: NodeProcess) -> None:
+    # llhttp skips blank lines before a request, so they start no request (no header timeout):
+    # they must not count as activity either.
+    with _connect(quick) as sock:
+        deadline = time.monotonic() + TIMEOUT
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            try:
+                sock.sendall(b"\r\n")
+            except OSError:
+                break
+            closed = _closed_by_server(sock)
+            time.sleep(0.3)
+        assert closed or time.monotonic() < deadline, "a connection sending only blank lines was kept"
 
 
 def test_a_bad_request_in_a_pipeline_is_a_json_400_after_the_answers_before_it(node: NodeProcess) -> None:
