@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 MAX_LENGTH_DIGITS = 18
 # The request line and headers together may have at most this many bytes (waitress's default).
 MAX_HEADER_BYTES = 256 * 1024
+# And at most this many header lines: within 256 KiB, 50,000 tiny headers would cost a few MB each.
+MAX_HEADERS = 1000
 
 _REASONS = {400: "Bad Request", 413: "Payload Too Large", 431: "Request Header Fields Too Large",
             500: "Internal Server Error", 503: "Service Unavailable"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from .framing import MAX_HEADER_BYTES, Refusal, read_framing, response_head, too_large
+from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, too_large
 from .request import Request
 from .wsgi import Outlet, run_app
 
@@ -163,18 +163,22 @@ class Connection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         assert self.parsing is not None
-        self.parsing.url += url
+        self.parsing.url_parts.append(url)
         self.parsing.head_bytes += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        assert self.parsing is not None
-        self.parsing.headers.append((name, value))
-        self.parsing.head_bytes += len(name) + len(value) + 4
+        request = self.parsing
+        assert request is not None
+        request.headers.append((name, value))
+        request.head_bytes += len(name) + len(value) + 4
+        if len(request.headers) > MAX_HEADERS:
+            self._fail(Refusal(431, f"Request Header Fields Too Large: over {MAX_HEADERS} headers"))
 
     def on_headers_complete(self) -> None:
         request = self.parsing
         assert request is not None
         request.headers_done = True
+        request.url = request.url_parts[0] if len(request.url_parts) == 1 else b"".join(request.url_parts)
         self.head_bytes = 0
         request.version = self.parser.get_http_version()
         request.method = self.parser.get_method().decode("latin-1")

@@ -148,6 +148,26 @@ def test_an_oversized_request_line_is_a_json_431(node: NodeProcess) -> None:
     assert _json_error(answer, 431)["error"] == "request_header_fields_too_large"
 
 
+def test_too_many_headers_are_a_json_431(node: NodeProcess) -> None:
+    headers = b"".join(b"X-%d: v\r\n" % n for n in range(2000))   # 20 KB: within the size limit
+    with _connect(node) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        answer = _read_until_closed(sock)
+    assert _json_error(answer, 431)["error"] == "request_header_fields_too_large"
+
+
+def test_a_body_of_one_byte_chunks_is_taken_whole(node: NodeProcess) -> None:
+    payload = json.dumps({"id": "crumbs", "body": "c" * 3000}).encode()
+    chunks = b"".join(b"1\r\n%c\r\n" % byte for byte in payload)
+    with _connect(node) as sock:
+        sock.sendall(b"POST /v1/topics/crumbs/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+        (status, _, answer), = read_replies(sock, 1)
+    assert status == 201 and answer["id"] == "crumbs"
+    fetched = requests.get(f"{node.url}/v1/topics/crumbs", timeout=TIMEOUT).json()
+    assert sum(fetched["end_offsets"].values()) == 1
+
+
 def test_clients_that_never_read_large_answers_hold_no_worker_thread(tmp_path: Path) -> None:
     """Two worker threads, three clients that asked for 8 MiB and read nothing: the node still
     answers others through its workers, since a worker hands an answer over and goes."""
