@@ -31,13 +31,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         yield proc
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    env = {"TOYMB_IDLE_TIMEOUT_MS": "1500", "TOYMB_HEADER_TIMEOUT_MS": "1500"}
-    with NodeProcess(tmp_path_factory.mktemp("aserver-quick"), env=env) as proc:
-        yield proc
-
-
 def _connect(node: NodeProcess) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", node.port), timeout=TIMEOUT)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -36,14 +36,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         yield proc
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    """A node whose idle and header timeouts are short, so tests can watch them act."""
-    env = {"TOYMB_IDLE_TIMEOUT_MS": "1500", "TOYMB_HEADER_TIMEOUT_MS": "1500"}
-    with NodeProcess(tmp_path_factory.mktemp("quick"), env=env) as proc:
-        yield proc
-
-
 def _connect(proc: NodeProcess, timeout: float = TIMEOUT) -> socket.socket:
     return socket.create_connection(("127.0.0.1", proc.port), timeout=timeout)
 
