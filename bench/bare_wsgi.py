@@ -5,14 +5,12 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from collections.abc import Callable, Iterable
-from types import FrameType
 from typing import Any
 
-from broker.http_server import HardenedServer
+from broker.aserver import Server
 
 ANSWER = b'{"id":"0","topic":"bench","partition":0,"offset":0,"duplicate":false}'
 
@@ -28,18 +26,9 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable
 
 def main() -> None:
     port, threads = int(sys.argv[1]), int(sys.argv[2])
-    logging.getLogger("waitress").setLevel(logging.CRITICAL)  # queue depth under load, and requests wrk cut at its end
-    server = HardenedServer(app, host="127.0.0.1", port=port, threads=threads, max_connections=1000,
-                            idle_timeout=60, header_timeout=10, max_request=1 << 24, ident="bare")
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        server.drain(1.0, 2.0)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        server.run()
-    except OSError:
-        pass
+    server = Server(app, host="127.0.0.1", port=port, threads=threads, max_connections=1000,
+                    idle_timeout=60, header_timeout=10, max_request=1 << 24, ident="bare")
+    server.run((signal.SIGTERM,), lambda _signum: server.drain(1.0, 2.0))
 
 
 if __name__ == "__main__":

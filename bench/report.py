@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("flask", "waitress", "sqlalchemy", "psycopg", "orjson", "pyspark", "confluent-kafka", "stomp.py",
+PACKAGES = ("flask", "uvloop", "httptools", "sqlalchemy", "psycopg", "orjson", "pyspark", "confluent-kafka", "stomp.py",
             "nats-py")
 
 

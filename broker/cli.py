@@ -28,7 +28,7 @@ def main() -> None:
 @click.option("--database-url", help="SQLAlchemy URL [TOYMB_DATABASE_URL]")
 @click.option("--data-dir", help="folder for SQLite [TOYMB_DATA_DIR]")
 def serve(config_file: str | None, **flags: Any) -> None:
-    """Run a broker node under waitress."""
+    """Run a broker node on its HTTP server."""
     settings = load_settings(config_file, **flags)
     setup_logging(settings.log_level)
     from .server import serve as run_server

@@ -1,8 +1,8 @@
-"""Serving a node under waitress, a production WSGI server.
+"""Serving a node on its own HTTP server (:mod:`broker.aserver`: asyncio on uvloop, llhttp parsing).
 
-waitress runs one process with a pool of threads. That fits a node: the group-commit writer,
-the dispatcher and the cluster heartbeat are in-process state that must exist exactly once per
-node, which a pre-forking server (gunicorn with several workers) would multiply.
+One process, one event loop thread and a pool of worker threads. That fits a node: the
+group-commit writer, the dispatcher and the cluster heartbeat are in-process state that must
+exist exactly once per node, which a pre-forking server (gunicorn with several workers) would multiply.
 """
 
 from __future__ import annotations
@@ -10,13 +10,11 @@ from __future__ import annotations
 import gc
 import logging
 import signal
-import threading
-from types import FrameType
 
 from .api.fast_publish import PublishFastPath
 from .app import create_app
+from .aserver import Server, ensure_fd_limit
 from .config import Settings
-from .http_server import HardenedServer, ensure_fd_limit
 
 log = logging.getLogger(__name__)
 
@@ -49,34 +47,26 @@ def serve(settings: Settings) -> None:
     if settings.tls_cert:
         from .security.tls import serve_tls
 
-        return serve_tls(settings)  # waitress cannot terminate TLS
+        return serve_tls(settings)  # the node's server speaks plain HTTP only
     ensure_fd_limit(settings.max_connections)  # before the node starts: a refusal leaves nothing running
     app = create_app(settings)
     node = app.extensions["toymb"]
     freeze_startup_heap()
-    server = HardenedServer(
+    inline = app.wsgi_app.inline if settings.inline_publish and isinstance(app.wsgi_app, PublishFastPath) else None
+    server = Server(
         app, host=settings.host, port=settings.port, threads=settings.threads,
         max_connections=settings.max_connections, idle_timeout=settings.idle_timeout_ms / 1000,
         header_timeout=settings.header_timeout_ms / 1000, max_request=settings.max_request,
-        ident="toymb", clear_untrusted_proxy_headers=True,
+        ident="toymb", inline=inline,
     )
-    if settings.inline_publish and isinstance(app.wsgi_app, PublishFastPath):
-        server.inline = app.wsgi_app.inline
-    stopping = threading.Event()
 
-    def shutdown(signum: int, _frame: FrameType | None) -> None:
-        if not stopping.is_set():
-            stopping.set()
+    def shutdown(signum: int) -> None:
+        if not server.draining:
             log.info("signal %d: stopping", signum)
             server.drain(DRAIN_STALL_S, DRAIN_TIMEOUT_S)
 
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
     log.info("serving %s on http://%s:%s", node.name, settings.host, server.effective_port)
     try:
-        server.run()
-    except OSError:
-        if not stopping.is_set():
-            raise
+        server.run((signal.SIGTERM, signal.SIGINT), shutdown)
     finally:
         node.stop()

@@ -1,6 +1,6 @@
 """Serving HTTPS directly, when ``tls_cert`` and ``tls_key`` are set.
 
-waitress speaks only plain HTTP, so a node with a certificate is served by cheroot (CherryPy's
+The node's server (broker.aserver) speaks only plain HTTP, so a node with a certificate is served by cheroot (CherryPy's
 thread-pool WSGI server, which terminates TLS with the standard ``ssl`` module). The client's
 address stays the real one, so the loopback rule and tokens work as over plain HTTP. Plain HTTP
 requests to the TLS port are refused by the handshake.

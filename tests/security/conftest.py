@@ -10,6 +10,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from broker.app import create_app
+from tests.support import NodeProcess
 
 # Each token's secret names what it is, so a failing assertion reads well.
 PUB = "pub-orders-7f3a9c"  # publish on orders.*
@@ -62,3 +63,11 @@ def fuzz_node_env(admin_token: str, **extra: str) -> dict[str, str]:
         "TOYMB_LOG_LEVEL": "WARNING",
         **extra,
     }
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """A node whose idle and header timeouts are short (1.5 s), so tests can watch them act."""
+    env = {"TOYMB_IDLE_TIMEOUT_MS": "1500", "TOYMB_HEADER_TIMEOUT_MS": "1500"}
+    with NodeProcess(tmp_path_factory.mktemp("quick"), env=env) as proc:
+        yield proc

@@ -36,14 +36,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
         yield proc
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    """A node whose idle and header timeouts are short, so tests can watch them act."""
-    env = {"TOYMB_IDLE_TIMEOUT_MS": "1500", "TOYMB_HEADER_TIMEOUT_MS": "1500"}
-    with NodeProcess(tmp_path_factory.mktemp("quick"), env=env) as proc:
-        yield proc
-
-
 def _connect(proc: NodeProcess, timeout: float = TIMEOUT) -> socket.socket:
     return socket.create_connection(("127.0.0.1", proc.port), timeout=timeout)
 
@@ -317,7 +309,7 @@ def test_a_cap_beyond_the_open_files_limit_stops_the_node_with_a_message(tmp_pat
 
 def test_a_low_soft_open_files_limit_is_raised_for_the_cap() -> None:
     script = ("import resource\n"
-              "from broker.http_server import FD_RESERVE, ensure_fd_limit\n"
+              "from broker.aserver import FD_RESERVE, ensure_fd_limit\n"
               "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
               "resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))\n"
               "ensure_fd_limit(1000)\n"
