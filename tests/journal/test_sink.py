@@ -156,6 +156,51 @@ def test_a_fenced_writer_cannot_commit(spark: Any, tmp_path: Path) -> None:
     assert_journal_matches(journal, store)
 
 
+def test_a_commit_racing_a_successor_of_the_same_application_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A former leader's transaction started before its successor committed: Delta refuses it."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import functions as F
+
+    from journal_spark.delta_commit import Append
+    from journal_spark.schema import PARTITION_COLUMNS
+    from journal_spark.table import DATE_SQL, txn_version
+
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (2, 300)})
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in (0, 1):
+        _offset_log(checkpoints, batch, url)
+    leader = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1)
+    leader.write_batch(frame.where("offset < 100"), 0)
+    paused = Append(spark, str(journal), leader.app_id)   # it passed its check, then froze
+    DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2).write_batch(frame.where("offset >= 100"), 1)
+    before = _versions(journal)
+    with pytest.raises(Py4JJavaError, match="ConcurrentTransaction"):
+        paused.commit(frame.withColumn("date", F.expr(DATE_SQL)), txn_version(1, 1), PARTITION_COLUMNS)
+    assert _versions(journal) == before
+    assert_journal_matches(journal, store)
+
+
+def test_an_append_does_not_rebuild_the_tables_state(spark: Any, tmp_path: Path) -> None:
+    """A batch into an existing table runs one Spark job (its write): no state replay for txnAppId."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (2, 300)})
+    frame = _batch_frame(spark, url).cache()
+    frame.count()
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in (0, 1):
+        _offset_log(checkpoints, batch, url)
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
+    sink.write_batch(frame.where("offset < 100"), 0)
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    jobs = scheduler.nextJobId()
+    sink.write_batch(frame.where("offset >= 100"), 1)
+    assert scheduler.nextJobId() - jobs == 1
+    frame.unpersist()
+    assert_journal_matches(journal, store)
+
+
 def test_the_table_is_readable_without_spark_while_a_batch_is_uncommitted(spark: Any, tmp_path: Path) -> None:
     """A batch's data files written but not committed (a crash before the log entry) are not seen."""
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
