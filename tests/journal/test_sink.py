@@ -174,7 +174,8 @@ def test_a_commit_racing_a_successor_of_the_same_application_is_refused(spark: A
     leader = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1)
     leader.write_batch(frame.where("offset < 100"), 0)
     paused = Append(spark, str(journal), leader.app_id)   # it passed its check, then froze
-    DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2).write_batch(frame.where("offset >= 100"), 1)
+    successor = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2)
+    successor.write_batch(frame.where("offset >= 100"), 1)
     before = _versions(journal)
     with pytest.raises(Py4JJavaError, match="ConcurrentTransaction"):
         paused.commit(frame.withColumn("date", F.expr(DATE_SQL)), txn_version(1, 1), PARTITION_COLUMNS)
