@@ -106,6 +106,19 @@ def _batch_frame(spark: Any, url: str) -> Any:
     return with_header_map(spark.createDataFrame(table))
 
 
+def _orders_batches(spark: Any, tmp_path: Path, rows: int,
+                    batches: tuple[int, ...]) -> tuple[Any, Any, Path, Path]:
+    """A store of ``rows`` messages in each of 2 partitions of ``orders``, those rows as one frame,
+    and the journal and checkpoint folders, with ``batches`` in the query's offset log."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (2, rows)})
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in batches:
+        _offset_log(checkpoints, batch, url)
+    return store, frame, journal, checkpoints
+
+
 def _versions(journal: Path) -> int:
     from deltalake import DeltaTable
 
@@ -142,12 +155,7 @@ def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
 
 def test_a_fenced_writer_cannot_commit(spark: Any, tmp_path: Path) -> None:
     """A paused former leader (lower lease epoch) wakes up: its batch is refused, atomically."""
-    url = f"sqlite:///{tmp_path / 'toymb.db'}"
-    store = fill_store(url, {"orders": (2, 400)})
-    frame = _batch_frame(spark, url)
-    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
-    for batch in (3, 4):
-        _offset_log(checkpoints, batch, url)
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 400, (3, 4))
     DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2).write_batch(frame, 3)
     before = _versions(journal)
     with pytest.raises(Fenced, match="epoch 2"):
@@ -165,12 +173,7 @@ def test_a_commit_racing_a_successor_of_the_same_application_is_refused(spark: A
     from journal_spark.schema import PARTITION_COLUMNS
     from journal_spark.table import DATE_SQL, txn_version
 
-    url = f"sqlite:///{tmp_path / 'toymb.db'}"
-    store = fill_store(url, {"orders": (2, 300)})
-    frame = _batch_frame(spark, url)
-    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
-    for batch in (0, 1):
-        _offset_log(checkpoints, batch, url)
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 300, (0, 1))
     leader = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1)
     leader.write_batch(frame.where("offset < 100"), 0)
     paused = Append(spark, str(journal), leader.app_id)   # it passed its check, then froze
@@ -185,13 +188,9 @@ def test_a_commit_racing_a_successor_of_the_same_application_is_refused(spark: A
 
 def test_an_append_does_not_rebuild_the_tables_state(spark: Any, tmp_path: Path) -> None:
     """A batch into an existing table runs one Spark job (its write): no state replay for txnAppId."""
-    url = f"sqlite:///{tmp_path / 'toymb.db'}"
-    store = fill_store(url, {"orders": (2, 300)})
-    frame = _batch_frame(spark, url).cache()
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 300, (0, 1))
+    frame = frame.cache()
     frame.count()
-    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
-    for batch in (0, 1):
-        _offset_log(checkpoints, batch, url)
     sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
     sink.write_batch(frame.where("offset < 100"), 0)
     scheduler = spark.sparkContext._jsc.sc().dagScheduler()
