@@ -6,8 +6,8 @@
    those rows (``df.write.format("delta").partitionBy("topic", "date")``, same format, same
    layout). Ratio = journal / ceiling.
 2. Lag. A writer publishes at a steady rate through the broker's group-commit appender while the
-   journal runs with its default trigger; the lag (store end offsets minus journaled offsets) is
-   sampled twice a second.
+   journal runs with its default trigger; every message's lag, from its publish's acknowledgement
+   to the journal's record of it (``bench.journal_lag``).
 
 Peak RSS covers this process (the Spark driver's Python side) and the JVM with its Python workers.
 Run: ``toymb bench --only journal [--quick]`` or ``python -m bench.journal [--quick]``.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import own_peak_rss_mb, report, write_results
+from bench.journal_lag import measure as measure_lag
 from broker import config
 from broker.appender import Appender
 from broker.envelope import NewMessage
@@ -163,14 +164,17 @@ def _configure(spark: Any, settings: dict[str, str | None]) -> None:
 
 
 def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
-    """Median seconds of one 1,000-row micro-batch commit, with the journal's Delta settings (and the
-    sink's background state, timed apart as ``warm``) and with Delta's defaults, interleaved batch
-    by batch into two tables so load drift hits both alike."""
+    """Median seconds (wall and CPU of the whole process tree) of one 1,000-row micro-batch commit:
+    the journal's (its Delta settings, a transaction carrying ``SetTransaction`` with no state
+    rebuild, see ``journal_spark.delta_commit``) against Delta's writer with ``txnAppId`` and
+    Delta's defaults; interleaved batch by batch into two tables so load drift hits both alike."""
     import statistics
 
     from pyspark.sql import functions as F
 
-    from journal_spark.table import warm_state
+    from bench.journal_lag import tree_cpu_s
+    from journal_spark.delta_commit import Append
+    from journal_spark.schema import PARTITION_COLUMNS
 
     tuned: dict[str, str | None] = {k: spark.conf.get(k, None) for k in DELTA_DEFAULTS}
     df = spark.range(1000).selectExpr(
@@ -178,26 +182,27 @@ def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
         "cast(1764000000000 + id as long) as timestamp", "repeat('x', 200) as body").cache()
     df.count()
     dated = df.withColumn("date", F.date_format(F.timestamp_millis(F.col("timestamp")), "yyyy-MM-dd"))
-    times: dict[str, list[float]] = {"tuned": [], "defaults": [], "warm": []}
+    times: dict[str, list[tuple[float, float]]] = {"tuned": [], "defaults": []}
     try:
         for batch in range(batches):
             for name, settings in (("tuned", tuned), ("defaults", DELTA_DEFAULTS)):
                 _configure(spark, settings)
-                started = time.perf_counter()
-                (dated.write.format("delta").mode("append").partitionBy("topic", "date")
-                 .option("txnAppId", "bench").option("txnVersion", str(batch)).save(str(root / f"cost-{name}")))
-                times[name].append(time.perf_counter() - started)
-                if name == "tuned":
-                    # As the sink does after its commit; in the job it overlaps Spark's own
-                    # bookkeeping and the next batch's planning and read. Timed apart.
-                    started = time.perf_counter()
-                    warm_state(spark, root / f"cost-{name}").join()
-                    times["warm"].append(time.perf_counter() - started)
+                table = root / f"cost-{name}"
+                cpu, started = tree_cpu_s(), time.perf_counter()
+                if name == "tuned" and batch > 0:
+                    Append(spark, str(table), "bench").commit(dated, batch, PARTITION_COLUMNS)
+                else:
+                    (dated.write.format("delta").mode("append").partitionBy(*PARTITION_COLUMNS)
+                     .option("txnAppId", "bench").option("txnVersion", str(batch)).save(str(table)))
+                times[name].append((time.perf_counter() - started, tree_cpu_s() - cpu))
     finally:
         _configure(spark, tuned)
         df.unpersist()
     steady = {name: values[2:] or values for name, values in times.items()}   # the first two warm the JIT
-    result = {f"{name}_median_s": statistics.median(values) for name, values in steady.items()}
+    result: dict[str, Any] = {}
+    for name, values in steady.items():
+        result[f"{name}_median_s"] = statistics.median(wall for wall, _ in values)
+        result[f"{name}_median_cpu_s"] = statistics.median(cpu for _, cpu in values)
     result["ratio_tuned_vs_defaults"] = result["tuned_median_s"] / result["defaults_median_s"]
     return result
 
@@ -290,7 +295,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         tp = _throughput(spark, root, per_topic, max_rows)
         big = _throughput(spark, root, per_topic + 1, 2 * per_topic)  # one micro-batch: no per-batch cost
         cost = _per_batch_cost(spark, root, 6 if quick else 12)
-        lag = _lag(root, rate=1_000 if quick else 3_000, seconds=15 if quick else 40)
+        lag = measure_lag(root, rate=1_000 if quick else 3_000, seconds=15 if quick else 40, warmup=5)
         spark.stop()
     finally:
         sampler.stopped.set()
@@ -299,7 +304,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "rows": tp["rows"], "journal_max_rows": max_rows, "throughput": tp, "throughput_one_batch": big,
         "journal_rows_per_s": tp["journal_rows_per_s"], "ceiling_rows_per_s": tp["ceiling_rows_per_s"],
         "throughput_ratio": tp["ratio"], "throughput_ratio_one_batch": big["ratio"],
-        "lag": {k: v for k, v in lag.items() if k != "samples"}, "lag_samples": lag["samples"],
+        "lag": lag,
         "per_batch_cost": cost,
         "peak_rss_driver_mb": own_peak_rss_mb(), "peak_rss_tree_mb": max(sampler.peak, _tree_rss_mb()),
         "target_ratio": 0.6, "quick": quick,
@@ -313,11 +318,13 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "  vs createDataFrame + write": tp["ratio_vs_created"],
         "ratio with the backlog in one micro-batch": big["ratio"],
         "  same, vs createDataFrame + write": big["ratio_vs_created"],
-        "1,000-row batch commit, journal's Delta settings (s, median)": cost["tuned_median_s"],
-        "  same, Delta's defaults (s, median)": cost["defaults_median_s"],
-        "  background state after a commit (s, median, overlapped in the job)": cost["warm_median_s"],
-        f"lag at {lag['rate_msgs_per_s']} msg/s: mean messages": lag["lag_mean"],
-        "lag p95 messages": lag["lag_p95"], "lag p95 seconds": lag["lag_p95_s"],
+        "1,000-row batch commit, the journal's (s, median)": cost["tuned_median_s"],
+        "  its CPU, process tree (s, median)": cost["tuned_median_cpu_s"],
+        "  same, Delta's writer with txnAppId and defaults (s, median)": cost["defaults_median_s"],
+        "  CPU of that, process tree (s, median)": cost["defaults_median_cpu_s"],
+        f"lag per message at {lag['rate_msgs_per_s']} msg/s, trigger {lag['trigger_ms']} ms: p50 s": lag["lag_p50_s"],
+        "lag p95 seconds (target <= 1)": lag["lag_p95_s"], "lag max seconds": lag["lag_max_s"],
+        "journal CPU while lagging (cores)": lag["cpu_s_per_s"],
         "drain after publishing stops (s)": lag["drain_after_stop_s"],
         "peak RSS driver (MiB)": results["peak_rss_driver_mb"],
         "peak RSS driver + JVM + workers (MiB)": results["peak_rss_tree_mb"],

@@ -148,10 +148,10 @@ def with_delta(builder: Any) -> Any:
             .config("spark.databricks.delta.properties.defaults.dataSkippingStatsColumns", STATS_COLUMNS)
             .config("spark.databricks.delta.properties.defaults.checkpointInterval", "50")
             .config("spark.databricks.delta.stalenessLimit", "0")
-            # Per-batch cost: the optional .crc file after each commit; no reader needs it. It
-            # would not spare the state rebuild either: Delta 4.4 answers txnAppId's lookup
-            # from that rebuild only, never from the .crc's setTransactions (measured: with
-            # it on, a 3,000-row batch took about a tenth more CPU).
+            # Per-batch cost: the optional .crc file after each commit; no reader needs it, and
+            # Delta 4.4 never answers txnAppId's lookup from it (measured: with it on, a
+            # 3,000-row batch took about a tenth more CPU). The sink's appends need no state
+            # at all (see delta_commit).
             .config("spark.databricks.delta.writeChecksumFile.enabled", "false"))
 
 
@@ -324,7 +324,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         log.info("journal stopped (%s while stopping)", type(exc).__name__)
         return 0
     finally:
-        _shutdown(queries, sinks, spark)
+        _shutdown(queries, spark)
         if held:
             lease.release()
         lease.dispose()
@@ -344,7 +344,6 @@ TRANSIENT_SPARK_ERRORS = ("Python worker failed to connect back",
                           "Concurrent update to the log",
                           "Multiple streaming jobs detected")
 MAX_TRANSIENT_RESTARTS = 8
-SETTLE_SECONDS = 10.0   # at most this long for a sink's background work when stopping
 
 
 def _spark_transient(error: Any) -> str | None:
@@ -369,18 +368,13 @@ def _halt_now(spark: Any, why: str) -> None:
     os._exit(75)   # EX_TEMPFAIL: a supervisor may start it again, as a standby
 
 
-def _shutdown(queries: list[Any], sinks: list[Sink], spark: Any) -> None:
-    """Stop the queries, let the sinks' background work end, then stop Spark; quietly, since the JVM may be gone."""
+def _shutdown(queries: list[Any], spark: Any) -> None:
+    """Stop the queries, then Spark; quietly, since the JVM may be gone."""
     for query in queries:
         try:
             query.stop()
         except Exception as exc:  # noqa: BLE001 - stop the others anyway
             log.warning("stopping a query: %s", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
-    for sink in sinks:
-        # The table sink's state job after its last commit: Spark stopped under it logs errors.
-        settle = getattr(sink, "settle", None)
-        if settle is not None:
-            settle(SETTLE_SECONDS)
     try:
         spark.stop()
     except Exception as exc:  # noqa: BLE001

@@ -106,6 +106,19 @@ def _batch_frame(spark: Any, url: str) -> Any:
     return with_header_map(spark.createDataFrame(table))
 
 
+def _orders_batches(spark: Any, tmp_path: Path, rows: int,
+                    batches: tuple[int, ...]) -> tuple[Any, Any, Path, Path]:
+    """A store of ``rows`` messages in each of 2 partitions of ``orders``, those rows as one frame,
+    and the journal and checkpoint folders, with ``batches`` in the query's offset log."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (2, rows)})
+    frame = _batch_frame(spark, url)
+    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
+    for batch in batches:
+        _offset_log(checkpoints, batch, url)
+    return store, frame, journal, checkpoints
+
+
 def _versions(journal: Path) -> int:
     from deltalake import DeltaTable
 
@@ -142,17 +155,49 @@ def test_a_rerun_batch_is_not_written_twice(spark: Any, tmp_path: Path) -> None:
 
 def test_a_fenced_writer_cannot_commit(spark: Any, tmp_path: Path) -> None:
     """A paused former leader (lower lease epoch) wakes up: its batch is refused, atomically."""
-    url = f"sqlite:///{tmp_path / 'toymb.db'}"
-    store = fill_store(url, {"orders": (2, 400)})
-    frame = _batch_frame(spark, url)
-    journal, checkpoints = tmp_path / "journal", tmp_path / "ck"
-    for batch in (3, 4):
-        _offset_log(checkpoints, batch, url)
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 400, (3, 4))
     DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2).write_batch(frame, 3)
     before = _versions(journal)
     with pytest.raises(Fenced, match="epoch 2"):
         DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1).write_batch(frame, 4)
     assert _versions(journal) == before
+    assert_journal_matches(journal, store)
+
+
+def test_a_commit_racing_a_successor_of_the_same_application_is_refused(spark: Any, tmp_path: Path) -> None:
+    """A former leader's transaction started before its successor committed: Delta refuses it."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import functions as F
+
+    from journal_spark.delta_commit import Append
+    from journal_spark.schema import PARTITION_COLUMNS
+    from journal_spark.table import DATE_SQL, txn_version
+
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 300, (0, 1))
+    leader = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 1)
+    leader.write_batch(frame.where("offset < 100"), 0)
+    paused = Append(spark, str(journal), leader.app_id)   # it passed its check, then froze
+    successor = DeltaSink(journal, checkpoints, JournalStore.of(store), epoch=lambda: 2)
+    successor.write_batch(frame.where("offset >= 100"), 1)
+    before = _versions(journal)
+    with pytest.raises(Py4JJavaError, match="ConcurrentTransaction"):
+        paused.commit(frame.withColumn("date", F.expr(DATE_SQL)), txn_version(1, 1), PARTITION_COLUMNS)
+    assert _versions(journal) == before
+    assert_journal_matches(journal, store)
+
+
+def test_an_append_does_not_rebuild_the_tables_state(spark: Any, tmp_path: Path) -> None:
+    """A batch into an existing table runs one Spark job (its write): no state replay for txnAppId."""
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 300, (0, 1))
+    frame = frame.cache()
+    frame.count()
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store))
+    sink.write_batch(frame.where("offset < 100"), 0)
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    jobs = scheduler.nextJobId()
+    sink.write_batch(frame.where("offset >= 100"), 1)
+    assert scheduler.nextJobId() - jobs == 1
+    frame.unpersist()
     assert_journal_matches(journal, store)
 
 
