@@ -1,4 +1,4 @@
-"""Exactly once across crashes: the journal job is SIGKILLed while it routes 20,000 messages."""
+"""Exactly once across crashes: the journal job is SIGKILLed three times while it routes a stream."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from tests.bridges_kafka.jobproc import JournalProcess
 # loaded by a second one, close to the former 600 s.
 pytestmark = [pytest.mark.usefixtures("kafka"), pytest.mark.slow, pytest.mark.timeout(1800)]
 
-TOTAL = 20_000
+CHUNK = 500
+PACE_S = 2.0
 PARTITIONS = 4
 
 
@@ -40,27 +41,35 @@ def _open_transaction(admin: AdminClient, topic: str) -> bool:
     return ends(IsolationLevel.READ_COMMITTED) != ends(IsolationLevel.READ_UNCOMMITTED)
 
 
-def _publish_stream(url: str, stop: threading.Event) -> threading.Thread:
-    """Append TOTAL messages to the store in chunks over ~30 s, as producers would."""
-    def run() -> None:
-        store = Store(url)
+class _Publisher(threading.Thread):
+    """Appends CHUNK messages every PACE_S until told to stop, as producers would.
+
+    The stream lasts as long as the kills take, not a fixed time: a journal that starts slowly on a
+    loaded machine, then catches up fast, must still find new work after each restart (a fixed
+    20,000 ran dry before the third kill once, and no transaction began to kill)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="publisher", daemon=True)
+        self.url = url
+        self.published = 0
+        self.enough = threading.Event()
+
+    def run(self) -> None:
+        store = Store(self.url)
         store.create_schema()
         appender = Appender(store)
         appender.start()
         try:
             topic, _ = store.ensure_topic("orders", PARTITIONS)
             noise, _ = store.ensure_topic("noise", 1)
-            for start in range(0, TOTAL, 500):
-                append_orders(appender, topic, noise, start, 500)
-                if stop.wait(0.75):
+            while True:
+                append_orders(appender, topic, noise, self.published, CHUNK)
+                self.published += CHUNK
+                if self.enough.wait(PACE_S):
                     return
         finally:
             appender.stop()
             store.dispose()
-
-    thread = threading.Thread(target=run, name="publisher", daemon=True)
-    thread.start()
-    return thread
 
 
 def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, names: Any) -> None:
@@ -70,8 +79,8 @@ def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, name
                                    f"routes.o.dest.topic={dest}\n")
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
     Store(url).create_schema()
-    stop = threading.Event()
-    publisher = _publish_stream(url, stop)
+    publisher = _Publisher(url)
+    publisher.start()
     rng = random.Random(11)
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
     kills = 0
@@ -92,21 +101,23 @@ def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, name
                     time.sleep(0.01)
             job.kill()
             kills += 1
+        publisher.enough.set()
         publisher.join(120)
         assert not publisher.is_alive()
         final = JournalProcess(tmp_path, url, routes, once=True, max_rows=1500).start()
         assert final.wait(300) == 0, final.log_tail()
     finally:
-        stop.set()
+        publisher.enough.set()
         job.kill()
-    records = consume_all(dest, expect=TOTAL, timeout_s=120)
-    written = len(consume_all(dest, expect=TOTAL, read_committed=False, timeout_s=120))
+    total = publisher.published
+    records = consume_all(dest, expect=total, timeout_s=120)
+    written = len(consume_all(dest, expect=total, read_committed=False, timeout_s=120))
     # The kills did interrupt transactions: their records are in the log, and read_committed hides them.
-    assert written > TOTAL, "no killed transaction left records behind"
+    assert written > total, "no killed transaction left records behind"
     counts = Counter(r.key().decode() for r in records)
     duplicates = [k for k, n in counts.items() if n > 1]
     assert not duplicates, f"{len(records) - len(counts)} duplicates, e.g. {duplicates[:5]}"
-    assert set(counts) == {f"m-{i:05d}" for i in range(TOTAL)}
+    assert set(counts) == {f"m-{i:05d}" for i in range(total)}
     sample = records[len(records) // 2]
     headers = {k: v.decode() for k, v in sample.headers() or []}
     assert headers["jmsbridge.origin"] == dest and headers["jms.JMSType"] == "order"
