@@ -11,12 +11,9 @@ worker per subscriber's round (``push_workers``); the others start only on an id
 second pool of that size, so they never queue behind another subscriber, and the thread count
 never depends on partitions or groups.
 
-After a failed push, the lanes involved are *careful*: their head message is retried alone, with
-exponential backoff and jitter, so a poison message cannot drag its batch-mates to the
-dead-letter topic. After ``push_max_attempts`` it is dead-lettered and the lane moves on. A
-receiver that cannot be reached at all is not the message's fault: it is retried without
-using up attempts, and if it stays unreachable for a lease period, or dead-letters
-``push_fail_limit`` messages in a row, it loses its lease and its partitions move.
+A round itself (read, push, acknowledge) is :mod:`.rounds`. After a failed push
+(:mod:`.failures`), the lanes involved are *careful*: their head message is retried alone, so a
+poison message cannot drag its batch-mates to the dead-letter topic.
 
 Memory holds only a cache of SQL (positions, known ends): lanes are reloaded from the committed
 offsets whenever a topic becomes owned or a group rebalances, and a few groups at a time as a
@@ -37,13 +34,12 @@ from typing import TYPE_CHECKING, Any
 from ..background import Worker
 from ..errors import BrokerError
 from ..store import GroupRepository
-from .formats import fit_envelopes, single_body
+from .failures import FailureHandler
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
 from .options import GroupPolicy, PushOptions
-from .push import backoff_s, batch_body, compat_body
-from .pusher import Outcome, Pusher
-from .signing import push_headers, push_id
+from .pusher import Pusher
+from .rounds import RoundSender
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,9 +77,11 @@ class Dispatcher:
         # Every push asks the allowlist anew, at connect time.
         self.pusher = Pusher(settings.push_timeout_ms, push_addresses)
         self.offsets = OffsetCommitter(groups)
+        self._lock = threading.Lock()
+        failures = FailureHandler(settings, groups, topics, metrics, dead_letters, self._lock, self.invalidate)
+        self._rounds = RoundSender(settings, groups, self.pusher, metrics, self.offsets, failures, self._lock)
         self._pool: ThreadPoolExecutor | None = None
         self._extra_pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
         self._worker = Worker("toymb-dispatcher", self._run)
         # Reloads from SQL: on the scheduler's thread they delayed every push behind them (tens of
         # milliseconds every refresh tick on a busy node, the tail of push latency).
@@ -332,7 +330,7 @@ class Dispatcher:
     def _round(self, state: GroupLanes, target: Target, taken: list[int], first: bool, careful: bool) -> None:
         try:
             if self.router.owns(state.topic):
-                self._push(state, target, taken)
+                self._rounds.send(state, target, taken)
         except Exception:
             log.exception("push round for %s/%s failed", state.topic, state.group)
             with self._lock:
@@ -388,98 +386,6 @@ class Dispatcher:
             state.lanes[p].dirty = False
         return ready, careful, (None if ready else soonest)
 
-    def _push(self, state: GroupLanes, target: Target, taken: list[int]) -> None:
-        s = self.settings
-        with self._lock:
-            starts = {p: state.lanes[p].position for p in taken}
-            ends = {p: state.lanes[p].end for p in taken}
-            tried = {p: state.lanes[p].attempts for p in taken}
-            generations = {p: state.lanes[p].generation for p in taken}
-            careful = len(taken) == 1 and state.lanes[taken[0]].careful
-            policy = state.policy
-        limit = 1 if careful else s.push_batch
-        read = self.groups.read(state.topic, starts, limit, ends)
-        wanted = {(r.partition, r.offset) for r in read if policy.matches(r)}
-
-        def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
-            return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
-
-        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes)
-        # Below the cap, the read took everything each partition had; otherwise look again.
-        more = len(read) >= limit or len(rows) < len(read)
-        got = {r.partition for r in rows}
-        with self._lock:
-            for r in rows:  # what was read exists: a failed push must find its lane still ready
-                lane = state.lanes[r.partition]
-                lane.end = max(lane.end, r.offset + 1)
-            for p in taken:
-                if more:
-                    state.lanes[p].dirty = True
-                elif p not in got:  # nothing there after all: it is at its end
-                    state.lanes[p].end = state.lanes[p].position
-        if not rows:
-            return
-        sub = target.sub
-        acked: dict[int, int] = {}
-        failed: dict[int, tuple[Any, Outcome]] = {}
-        batch: Outcome | None = None
-        if not sub.compat and target.options.format == "envelope" and envelopes:
-            body = batch_body(sub.id, state.topic, state.group, envelopes)
-            batch = self.pusher.post(str(sub.url), body, self._headers(target, rows, wanted, body))
-        delivered = 0
-        for row in rows:  # in (partition, offset) order
-            p = row.partition
-            if p in failed:
-                continue  # keep order: nothing after a failed message of the same partition
-            if (p, row.offset) in wanted:
-                outcome = batch if batch is not None else self._post_one(state, target, row, attempt(row))
-                if not outcome.ok:
-                    failed[p] = (row, outcome)
-                    if outcome.unreachable and batch is None:
-                        break
-                    continue
-                delivered += 1
-            acked[p] = row.offset + 1  # delivered, or filtered out: acknowledged for this group
-        if acked:
-            self._acked(state, target, acked, delivered, generations)
-        with self._lock:  # a seek since this round began: its failures are of the old position
-            failed = {p: f for p, f in failed.items() if state.lanes[p].generation == generations[p]}
-        if failed:
-            self._failed(state, target, failed)
-
-    def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]], body: bytes) -> dict[str, str]:
-        """The signature headers of a push (none when the subscriber has no secret)."""
-        pushed = [(r.partition, r.offset) for r in rows if (r.partition, r.offset) in wanted]
-        return push_headers(target.sub.id, target.options, push_id(target.sub.group, pushed), body)
-
-    def _post_one(self, state: GroupLanes, target: Target, row: Any, attempt: int) -> Outcome:
-        """Push one message alone: to a ToyMB receiver, or in a one-message format."""
-        sub = target.sub
-        if sub.compat:
-            return self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
-        body, headers = single_body(target.options.format, row, sub.id, state.group, attempt)
-        headers.update(push_headers(sub.id, target.options, push_id(sub.group, [(row.partition, row.offset)]), body))
-        return self.pusher.post(str(sub.url), body, headers)
-
-    def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int,
-               generations: dict[int, int]) -> None:
-        if delivered:
-            self.metrics.deliveries.labels(state.topic, state.group, "push").inc(delivered)
-        with self._lock:
-            # Under the lock, so a seek (which bumps the generation under it) sees these acks
-            # either pending in the committer, where it drops them, or not at all.
-            acked = {p: n for p, n in acked.items() if state.lanes[p].generation == generations[p]}
-            self.offsets.add(state.topic, state.group, acked)
-            for p, nxt in acked.items():
-                lane = state.lanes[p]
-                if nxt > lane.position:  # a message was delivered here: its successor starts afresh
-                    lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
-                lane.position = max(lane.position, nxt)
-                lane.end = max(lane.end, nxt)
-            if delivered:
-                target.unreachable_since, target.unreachable_count, target.dead_streak = None, 0, 0
-                target.not_before = 0.0
-
     # -- seek ---------------------------------------------------------------------------------
 
     def seek(self, topic: str, group: str, next_offsets: dict[int, int], write: Callable[[], None]) -> None:
@@ -503,84 +409,3 @@ class Dispatcher:
                     if lane.holder is not None:
                         self._consider((topic, group, lane.holder))
         self._worker.wake.set()
-
-    def _failed(self, state: GroupLanes, target: Target, failed: dict[int, tuple[Any, Outcome]]) -> None:
-        s = self.settings
-        if self.groups.get(target.sub.id) is None:
-            # The subscriber left the group while its push was in flight (a ToyMB receiver that
-            # restarted, re-registered, and answers 500 for its former id): the message is not at
-            # fault, and the partition's next push goes to whoever holds it now.
-            self.invalidate(state.topic, state.group)
-            return
-        now = time.monotonic()
-        dead = state.policy.dead_letter
-        max_attempts = dead.max_attempts if dead else s.push_max_attempts
-        low_ms = dead.min_backoff_ms if dead else s.push_backoff_ms
-        high_ms = dead.max_backoff_ms if dead else s.push_backoff_max_ms
-        to_dead: list[tuple[int, Any, Outcome, int]] = []
-        revoke = False
-        with self._lock:
-            unreachable = any(o.unreachable for _, o in failed.values())
-            if unreachable:
-                target.unreachable_count += 1
-                if target.unreachable_since is None:
-                    target.unreachable_since = now
-                revoke = now - target.unreachable_since >= s.subscriber_lease_ms / 1000.0
-                target.not_before = now + backoff_s(target.unreachable_count, s.push_backoff_ms,
-                                                    s.push_backoff_max_ms)
-            for p, (row, outcome) in failed.items():
-                lane = state.lanes[p]
-                lane.careful = True
-                if outcome.unreachable:
-                    self.metrics.push_retries.labels(state.topic, state.group).inc()
-                    lane.not_before = now + backoff_s(target.unreachable_count, s.push_backoff_ms,
-                                                      s.push_backoff_max_ms)
-                    continue
-                lane.attempts += 1
-                if lane.attempts >= max_attempts:
-                    to_dead.append((p, row, outcome, lane.attempts))
-                else:
-                    self.metrics.push_retries.labels(state.topic, state.group).inc()
-                    lane.not_before = now + backoff_s(lane.attempts, low_ms, high_ms)
-        for p, row, outcome, attempts in to_dead:
-            try:
-                self.dead_letters.send(state.topic, state.group, target.sub.id, row, outcome.reason, attempts,
-                                       outcome.status)
-                self.groups.commit(state.topic, state.group, {p: row.offset + 1})
-            except Exception as exc:  # noqa: BLE001 - retry the dead-lettering later, do not move on
-                log.warning("dead-lettering %s/%s offset %d failed: %s", state.topic, p, row.offset, exc)
-                with self._lock:
-                    state.lanes[p].not_before = time.monotonic() + backoff_s(state.lanes[p].attempts, low_ms, high_ms)
-                continue
-            self.metrics.dead_letters.labels(state.topic, state.group).inc()
-            log.warning("dead-lettered %s partition %d offset %d for group %s after %d attempts: %s",
-                        state.topic, p, row.offset, state.group, attempts, outcome.reason)
-            with self._lock:
-                lane = state.lanes[p]
-                lane.position = max(lane.position, row.offset + 1)
-                lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
-                target.dead_streak += 1
-                revoke = revoke or target.dead_streak >= s.push_fail_limit
-        if revoke:
-            self._revoke(state, target)
-
-    def _revoke(self, state: GroupLanes, target: Target) -> None:
-        """Take the lease of a subscriber that keeps failing, so its partitions move to the others."""
-        log.warning("push subscriber %s of %s/%s keeps failing: revoking its lease", target.sub.id,
-                    state.topic, state.group)
-        with self._lock:
-            # No further round for it: the reload that moves its partitions runs on another thread.
-            if state.targets.get(target.sub.id) is target:
-                del state.targets[target.sub.id]
-            for lane in state.lanes.values():
-                if lane.holder == target.sub.id:
-                    lane.holder = None
-        self.groups.revoke(target.sub.id)
-        try:
-            count = self.topics.get(state.topic).partitions
-        except BrokerError:
-            return
-        self.groups.rebalance(state.topic, count, state.group)
-        with self._lock:
-            target.unreachable_since, target.dead_streak = None, 0
-        self.invalidate(state.topic, state.group)
