@@ -46,8 +46,9 @@ def _rows(count: int, body: bytes) -> list[tuple[Any, ...]]:
             for i in range(count)]
 
 
-def sqlite_rows_per_s(rows: int, body: bytes) -> float:
-    """Bare ``executemany`` into the bare table: WAL, ``synchronous=FULL``, 1,000 rows a commit.
+def sqlite_rows_per_s(rows: int, body: bytes, commit_rows: int = COMMIT_ROWS) -> float:
+    """Bare ``executemany`` into the bare table: WAL, ``synchronous=FULL``, ``commit_rows`` a commit
+    (1,000 for the ceiling).
 
     The engine is configured as the node's store is: its commits never checkpoint, a
     :class:`~broker.store.checkpoint.WalCheckpointer` does in the background (neither a ceiling
@@ -65,8 +66,8 @@ def sqlite_rows_per_s(rows: int, body: bytes) -> float:
         data = _rows(rows, body)
         insert = INSERT.format(marks=",".join("?" * 9))
         started = time.perf_counter()
-        for start in range(0, rows, COMMIT_ROWS):
-            conn.executemany(insert, data[start:start + COMMIT_ROWS])
+        for start in range(0, rows, commit_rows):
+            conn.executemany(insert, data[start:start + commit_rows])
             conn.commit()
             checkpointer.restart_if_due(conn)  # as the node's writer does between commits
         elapsed = time.perf_counter() - started

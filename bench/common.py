@@ -47,6 +47,13 @@ def rss_mb(pid: int) -> float:
     return _status_mb(pid, "VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a live process has used, in seconds (/proc/<pid>/stat): a figure the
+    other work on a shared machine does not inflate, as it does wall-clock rates."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def own_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

@@ -2,12 +2,14 @@
 
 A publish is handed to the writer as a request and waits on its future. The writer drains every
 request queued so far (up to ``max_rows`` messages), assigns dense offsets, skips ids the topic
-already holds, and commits once. Only then are the futures resolved, so an ack always follows a
-commit, and throughput is not one fsync per request.
+already holds, and writes their rows; requests for the same topics that were queued while it
+wrote join the transaction, until none is waiting; then it commits once. Only then are the futures
+resolved, so an ack always follows a commit, and throughput is not one fsync per request.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -72,6 +74,16 @@ class _Request:
 _STOP = object()
 
 
+@dataclass(slots=True)
+class _Offsets:
+    """What one transaction has assigned so far, across the requests that joined it."""
+
+    # Next offset per topic, then per partition (not a (topic, partition) tuple per message).
+    next_by_topic: dict[str, dict[int, int]]
+    # Publisher-given ids the topic holds, or that a message of this transaction took.
+    known: dict[tuple[str, str], Stored]
+
+
 def _store_error(exc: Exception) -> BrokerError:
     """What a publisher hears when the store refused its commit."""
     if isinstance(exc, STORE_REFUSED_VALUE):
@@ -92,6 +104,9 @@ class Appender:
         self.listeners: list[CommitListener] = []
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._next: dict[str, dict[int, int]] = {}
+        # What the writer took from the queue while requests joined a transaction but could not
+        # join it (another topic, a "forget", the stop): handled first, in order, next time.
+        self._carried: collections.deque[Any] = collections.deque()
         self._thread: threading.Thread | None = None
         self.commits = 0
 
@@ -139,9 +154,15 @@ class Appender:
         self._queue.put(_Request(topic, messages, parts, future))
         return future
 
+    def _take(self, block: bool) -> Any:
+        """The next item: what was carried over first, then the queue's."""
+        if self._carried:
+            return self._carried.popleft()
+        return self._queue.get() if block else self._queue.get_nowait()
+
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            item = self._take(block=True)
             if item is _STOP:
                 return
             batch: list[_Request] = []
@@ -159,11 +180,11 @@ class Appender:
                 if rows >= self.max_rows:
                     break
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._take(block=False)
                 except queue.Empty:
                     break
             if batch:
-                self._commit(batch)
+                self._commit(batch, join=True)
                 self._maintain()
             if stop:
                 return
@@ -176,7 +197,9 @@ class Appender:
         except Exception:  # the next commit will tell if the store is really down
             log.exception("store housekeeping between commits failed")
 
-    def _commit(self, batch: list[_Request]) -> None:
+    def _commit(self, batch: list[_Request], join: bool = False) -> None:
+        """Commit ``batch`` in one transaction; with ``join``, also the requests for its topics that
+        are queued while its rows are written (they are added to ``batch``)."""
         names = {r.topic.name for r in batch}
         fenced: dict[str, BrokerError] = {}
         after_commit: list[Callable[[], None]] = []
@@ -195,8 +218,25 @@ class Appender:
                         except BrokerError as exc:
                             fenced[name] = exc
                             self._next.pop(name, None)
-                results, rows, ends, given_ids = self._assign(txn, [r for r in batch if r.topic.name not in fenced])
-                txn.write(rows, ends, given_ids)
+                state = _Offsets({}, {})
+                results, rows, given_ids = self._assign(txn, [r for r in batch if r.topic.name not in fenced], state)
+                txn.write(rows, {}, given_ids)
+                written = len(rows)
+                # Requests that came while those rows were written: one more sync would take
+                # them later, while joining adds no wait (only their own rows) and writes each
+                # page the commit touches (a partition's end of the key index) once for more rows.
+                while join and written < self.max_rows:
+                    joined = self._join(names - fenced.keys(), self.max_rows - written)
+                    if not joined:
+                        break
+                    batch.extend(joined)
+                    more, rows, given_ids = self._assign(txn, joined, state)
+                    results.update(more)
+                    txn.write(rows, {}, given_ids)
+                    written += len(rows)
+                ends = {(name, partition): nxt for name, nexts in state.next_by_topic.items()
+                        for partition, nxt in nexts.items()}
+                txn.write([], ends, [])
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
             for name in names:
                 self._next.pop(name, None)
@@ -206,7 +246,7 @@ class Appender:
                 log.warning("group commit of %d requests failed (%s): committing them one by one",
                             len(batch), type(exc).__name__)
                 for request in batch:
-                    self._commit([request])
+                    self._commit([request])  # alone: nothing joins it
                 return
             log.warning("commit of %d requests failed: %s", len(batch), exc)
             error = exc if isinstance(exc, BrokerError) else _store_error(exc)
@@ -215,7 +255,7 @@ class Appender:
             return
         self.commits += 1
         if self.observe_rows is not None:
-            self.observe_rows(len(rows))
+            self.observe_rows(written)
         for then in after_commit:
             then()
         for (name, partition), nxt in ends.items():
@@ -234,12 +274,30 @@ class Appender:
                 except Exception:
                     log.exception("commit listener failed")
 
-    def _assign(self, txn: AppendTx, batch: list[_Request]) -> tuple[
-            dict[int, list[Stored]], list[tuple[Any, ...]], dict[tuple[str, int], int], list[GivenId]]:
+    def _join(self, names: set[str], room: int) -> list[_Request]:
+        """The requests queued now for the topics ``names`` (locked and fenced by this transaction),
+        up to about ``room`` messages. Joining stops at the first item that cannot join; it and
+        everything after it wait for the next transaction, in queue order."""
+        joined: list[_Request] = []
+        while room > 0 and not self._carried:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Request) and item.topic.name in names:
+                joined.append(item)
+                room -= len(item.messages)
+            else:
+                self._carried.append(item)
+        return joined
+
+    def _assign(self, txn: AppendTx, batch: list[_Request], state: _Offsets) -> tuple[
+            dict[int, list[Stored]], list[tuple[Any, ...]], list[GivenId]]:
+        """Offsets for the messages of ``batch``, from where ``state`` (this transaction's) left them."""
         by_topic: dict[str, list[str]] = {}
         for request in batch:
             by_topic.setdefault(request.topic.name, []).extend(m.id for m in request.messages if m.given_id)
-        known: dict[tuple[str, str], Stored] = {}
+        known = state.known
         for name, ids in by_topic.items():
             if name not in self._next:
                 self._next[name] = txn.end_offsets(name)
@@ -248,7 +306,9 @@ class Appender:
         # Next offsets per topic, then per partition: this loop runs once per message of the
         # node, so no (topic, partition) tuple is made per message, and a broker-made id is not
         # looked up among the given ones (it cannot be one of them).
-        next_by_topic: dict[str, dict[int, int]] = {name: {} for name in by_topic}
+        next_by_topic = state.next_by_topic
+        for name in by_topic:
+            next_by_topic.setdefault(name, {})
         rows: list[tuple[Any, ...]] = []
         given_ids: list[GivenId] = []
         results: dict[int, list[Stored]] = {}
@@ -276,5 +336,4 @@ class Appender:
                     known[(name, msg_id)] = stored
                 out.append(stored)
             results[id(request)] = out
-        ends = {(name, partition): nxt for name, nexts in next_by_topic.items() for partition, nxt in nexts.items()}
-        return results, rows, ends, given_ids
+        return results, rows, given_ids
