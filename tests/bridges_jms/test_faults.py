@@ -1,4 +1,5 @@
-"""Faults: ActiveMQ SIGKILLed and restarted under each ingress QoS; the journal job SIGKILLed during egress.
+"""Faults: ActiveMQ SIGKILLed and restarted under each ingress QoS; what the journal job SIGKILLed during
+egress needs (its test, with JetStream's, is tests/bridges_nats/test_jetstream_egress.py).
 
 The ActiveMQ that is killed is a private one (services/activemq.sh in a folder and on ports of its
 own), so the shared one keeps serving every other test meanwhile.
@@ -7,7 +8,6 @@ own), so the shared one keeps serving every other test meanwhile.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -16,22 +16,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import requests
 
 from journal_spark.jms.ingress import STARTED
 from journal_spark.jms.stompclient import Frame
 from tests.bridges_jms.conftest import (
     PrivateActiveMQ,
-    amq_up,
     connect,
     send_all,
     stored,
     stored_count,
     unique,
-    write_routes,
 )
 from tests.bridges_jms.test_ingress import make_ingress
-from tests.support import ROOT, NodeProcess, wait_progressing, wait_until
+from tests.support import ROOT, NodeProcess, wait_until
 
 TOTAL = 5000
 # A journal job that shows no progress this long is stuck, not slow (a JVM start on a loaded machine
@@ -110,78 +107,13 @@ class Collector:
                 client.close()
 
 
-def start_job(tmp_path: Path, db: Path, routes: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_job(tmp_path: Path, db: Path, routes: Path, log: Path, max_rows: int = 1500) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
     env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                 "TOYMB_LOG_LEVEL": "WARNING"})
     cmd = [sys.executable, "-m", "broker", "journal", "run", "--database-url", f"sqlite:///{db}",
            "--routes", str(routes), "--journal-dir", str(tmp_path / "journal"),
-           "--checkpoint-dir", str(tmp_path / "checkpoints"), "--max-rows", "1500", "--trigger-ms", "300",
+           "--checkpoint-dir", str(tmp_path / "checkpoints"), "--max-rows", str(max_rows), "--trigger-ms", "300",
            "--metrics-port", "0", "--master", "local[1]"]
     return subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)
-
-
-@pytest.mark.slow
-# Only stops a hung run: the waits below fail a stalled job after 240 s without progress, and a
-# loaded machine may take long, without stalling, to start the JVM four times.
-@pytest.mark.timeout(1800)
-def test_journal_job_sigkilled_three_times_during_egress(
-    activemq: str, node: NodeProcess, tmp_path: Path
-) -> None:
-    total = 10_000
-    for start in range(0, total, 1000):
-        batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
-                 for i in range(start, start + 1000)]
-        response = requests.post(
-            f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60
-        )
-        assert response.status_code == 201, response.text
-    queue = unique("crash")
-    routes = write_routes(tmp_path / "routes.properties", [
-        f"bridge.id={unique('crash-bridge')}", "routing.start=earliest", "jms.egress.chunk=400",
-        "routes.out.predicate=msg.address==egress", f"routes.out.dest.jms.queue={queue}"])
-    collector = Collector(f"/queue/{queue}")
-    collector.thread.start()
-    log = tmp_path / "job.log"
-    db = node.data_dir / "toymb.db"
-    job = start_job(tmp_path, db, routes, log)
-    kills = 0
-    began = time.monotonic()
-    try:
-        def progress() -> tuple[int, int]:
-            # A new frame in JMS, or a line in the job's log (its start), is progress.
-            assert job.poll() is None, log.read_text()[-3000:]
-            return len(collector.frames), log.stat().st_size if log.exists() else 0
-
-        for threshold in (1500, 4000, 6500):
-            # Kill in the middle of the egress, as soon as this much went through.
-            wait_progressing(lambda: len(collector.frames) >= threshold, progress,  # noqa: B023
-                             stall=STALL_S, what=f"{threshold} messages in JMS")
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
-            kills += 1
-            print(f"kill {kills} at {time.monotonic() - began:.1f}s with {len(collector.frames)} in JMS")
-            if len(collector.frames) >= total:
-                break
-            job = start_job(tmp_path, db, routes, log)
-        if job.poll() is not None:
-            job = start_job(tmp_path, db, routes, log)
-        wait_progressing(lambda: len(collector.frames) >= total, progress, stall=STALL_S, interval=0.5,
-                         what="all messages in JMS")
-        time.sleep(3)    # anything sent twice would arrive now
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-            try:
-                job.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.pid, signal.SIGKILL)
-        collector.stop.set()
-        collector.thread.join(10)
-    print(f"all {total} in JMS after {time.monotonic() - began:.1f}s")
-    assert kills == 3
-    counts = Counter(f.headers["n"] for f in collector.frames)
-    assert len(counts) == total and set(counts.values()) == {1}, \
-        (total - len(counts), {k: v for k, v in counts.items() if v > 1})
-    assert amq_up()

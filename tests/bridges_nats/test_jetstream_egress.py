@@ -16,7 +16,9 @@ import requests
 
 from journal_spark.routes import HardFailure, RoutesError, load_routes
 from nats_bridge.jetstream_sink import JetStreamSink
-from tests.bridges_jms.test_faults import STALL_S, start_job
+from tests.bridges_jms.conftest import activemq, amq_up, node  # noqa: F401 - activemq, node: fixtures
+from tests.bridges_jms.conftest import unique as jms_unique
+from tests.bridges_jms.test_faults import STALL_S, Collector, start_job
 from tests.support import NodeProcess, wait_progressing
 
 from .conftest import NatsThread, unique, write_routes
@@ -68,64 +70,96 @@ def test_the_routes_file_refuses_unknown_nats_keys(tmp_path: Path) -> None:
         load_routes(write_routes(tmp_path / "r.properties", ["nats.colour=red"]))
 
 
+# Both egress crash tests in one job: a JMS route and a JetStream route, fed from two topics of
+# TOTAL messages each. The journal job starts four times (a JVM and a SparkSession each) instead of
+# eight, and each kill lands while both sinks are being written: the source shares every batch
+# fairly between the topics, and a kill comes as soon as the sink ahead holds its threshold (the
+# other one is behind it, so neither is done before the third kill).
+TOTAL = 10_000
+
+
+def _post(target: NodeProcess, topic: str) -> None:
+    for start in range(0, TOTAL, 1000):
+        batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
+                 for i in range(start, start + 1000)]
+        response = requests.post(f"{target.url}/v1/topics/{topic}/messages", json={"messages": batch}, timeout=60)
+        assert response.status_code == 201, response.text
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_journal_job_sigkilled_three_times_during_jetstream_egress(
-        nats_client: NatsThread, stream: tuple[str, str], tmp_path: Path) -> None:
+def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
+        activemq: str, node: NodeProcess, nats_client: NatsThread, stream: tuple[str, str],  # noqa: F811
+        tmp_path: Path) -> None:
     name, subject = stream
-    node = NodeProcess(tmp_path / "node").start()
-    total = 10_000
+    _post(node, "egress")
+    _post(node, "egress-js")
+    queue = jms_unique("crash")
+    routes = write_routes(tmp_path / "routes.properties", [
+        f"bridge.id={unique('crash')}", "routing.start=earliest", "jms.egress.chunk=400",
+        "routes.jms.predicate=msg.address==egress", f"routes.jms.dest.jms.queue={queue}",
+        "routes.js.predicate=msg.address==egress-js", f"routes.js.dest.nats.subject={subject}"])
+    collector = Collector(f"/queue/{queue}")
+    collector.thread.start()
+    log = tmp_path / "job.log"
+    db = node.data_dir / "toymb.db"
+    js = nats_client.nc.jetstream()
+
+    def in_stream() -> int:
+        return int(nats_client.call(js.stream_info(name)).state.messages)
+
+    def each_holds(count: int) -> bool:
+        return len(collector.frames) >= count and in_stream() >= count
+
+    def either_holds(count: int) -> bool:
+        return len(collector.frames) >= count or in_stream() >= count
+
+    # Twice the rows per batch of the single-sink tests: as many of each topic as they had.
+    job = start_job(tmp_path, db, routes, log, max_rows=3000)
+    kills = 0
+    began = time.monotonic()
     try:
-        for start in range(0, total, 1000):
-            batch = [{"id": f"e-{i}", "key": f"k{i % 50}", "headers": {"n": str(i)}, "body": {"n": i}}
-                     for i in range(start, start + 1000)]
-            response = requests.post(f"{node.url}/v1/topics/egress/messages", json={"messages": batch}, timeout=60)
-            assert response.status_code == 201, response.text
-        routes = write_routes(tmp_path / "routes.properties", [
-            f"bridge.id={unique('js-crash')}", "routing.start=earliest",
-            "routes.out.predicate=msg.address==egress", f"routes.out.dest.nats.subject={subject}"])
-        log = tmp_path / "job.log"
-        db = node.data_dir / "toymb.db"
-        js = nats_client.nc.jetstream()
+        def progress() -> tuple[int, int, int]:
+            # A new message in either sink, or a line in the job's log (its start), is progress.
+            assert job.poll() is None, log.read_text()[-3000:]
+            return len(collector.frames), in_stream(), log.stat().st_size if log.exists() else 0
 
-        def in_stream() -> int:
-            return int(nats_client.call(js.stream_info(name)).state.messages)
-
-        job = start_job(tmp_path, db, routes, log)
-        kills = 0
-        try:
-            def progress() -> tuple[int, int]:
-                assert job.poll() is None, log.read_text()[-3000:]
-                return in_stream(), log.stat().st_size if log.exists() else 0
-
-            for threshold in (1500, 4000, 6500):
-                wait_progressing(lambda: in_stream() >= threshold, progress,  # noqa: B023
-                                 stall=STALL_S, what=f"{threshold} messages in JetStream")
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait(30)
-                kills += 1
-                if in_stream() >= total:
-                    break
-                job = start_job(tmp_path, db, routes, log)
-            if job.poll() is not None:
-                job = start_job(tmp_path, db, routes, log)
-            wait_progressing(lambda: in_stream() >= total, progress, stall=STALL_S, interval=0.5,
-                             what="all messages in JetStream")
-            time.sleep(3)     # anything published twice and not deduplicated would show now
-        finally:
-            if job.poll() is None:
-                os.killpg(job.pid, signal.SIGTERM)
-                try:
-                    job.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(job.pid, signal.SIGKILL)
+        for threshold in (1500, 4000, 6500):
+            # Kill in the middle of the egress, as soon as a sink holds this much.
+            wait_progressing(lambda: either_holds(threshold), progress,  # noqa: B023
+                             stall=STALL_S, what=f"{threshold} messages in JMS or in JetStream")
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+            kills += 1
+            print(f"kill {kills} at {time.monotonic() - began:.1f}s with {len(collector.frames)} in JMS, "
+                  f"{in_stream()} in JetStream")
+            if each_holds(TOTAL):
+                break
+            job = start_job(tmp_path, db, routes, log, max_rows=3000)
+        if job.poll() is not None:
+            job = start_job(tmp_path, db, routes, log, max_rows=3000)
+        wait_progressing(lambda: each_holds(TOTAL), progress, stall=STALL_S, interval=0.5,
+                         what="all messages in JMS and in JetStream")
+        time.sleep(3)     # anything sent twice would arrive now
     finally:
-        node.stop()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGTERM)
+            try:
+                job.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+        collector.stop.set()
+        collector.thread.join(10)
+    print(f"all {TOTAL} in JMS and in JetStream after {time.monotonic() - began:.1f}s")
     assert kills == 3
-    assert in_stream() == total
+    counts = Counter(f.headers["n"] for f in collector.frames)
+    assert len(counts) == TOTAL and set(counts.values()) == {1}, \
+        (TOTAL - len(counts), {k: v for k, v in counts.items() if v > 1})
+    assert amq_up()
+    assert in_stream() == TOTAL
 
     async def ns() -> list[str]:
-        return [(await js.get_msg(name, seq)).headers["n"] for seq in range(1, total + 1)]
+        return [(await js.get_msg(name, seq)).headers["n"] for seq in range(1, TOTAL + 1)]
 
-    counts = Counter(nats_client.call(ns(), timeout=300))
-    assert len(counts) == total and set(counts.values()) == {1}
+    in_js = Counter(nats_client.call(ns(), timeout=300))
+    assert len(in_js) == TOTAL and set(in_js.values()) == {1}

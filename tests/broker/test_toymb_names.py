@@ -122,7 +122,10 @@ def test_a_node_started_with_toymbs_compose_variables_uses_that_name_port_and_da
         except requests.RequestException:
             return False
 
-    wait_until(up, timeout=60, what=f"the node on its ToyMB port; log:\n{Path(log).read_text()[-2000:]}")
+    try:
+        wait_until(up, timeout=60, what="the node on its ToyMB port")
+    except AssertionError as exc:   # the node's log as it is then, not as it was before the wait
+        raise AssertionError(f"{exc}; log:\n{Path(log).read_text()[-2000:]}") from None
     assert requests.get(f"{url}/actuator/health", timeout=5).json() == {"status": "UP"}
     assert requests.get(f"{url}/health", timeout=5).json()["node"] == "toymb-legacy"
     assert requests.post(f"{url}/sendmessage", json={"id": "legacy-1", "topicName": "orders", "key": "k",
