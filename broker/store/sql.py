@@ -214,8 +214,11 @@ class Store:
         (:meth:`~broker.store.checkpoint.WalCheckpointer.restart_if_due`)."""
         if self.checkpointer is None or self._writer is None:
             return
+        wait_ms = self.checkpointer.restart_due()
+        if wait_ms is None:
+            return   # the usual case: no connection is taken from the pool for nothing
         with self._writer.connect() as conn:
-            self.checkpointer.restart_if_due(conn.connection.dbapi_connection)
+            self.checkpointer.restart(conn.connection.dbapi_connection, wait_ms)
 
     def _writer_engine(self) -> Engine:
         """The engine of the group-commit writer.
