@@ -234,7 +234,7 @@ class Store:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001 - it is being dropped; the next transaction opens another
+            except Exception:  # it is being dropped: the next transaction opens another
                 log.debug("closing the writer's connection failed", exc_info=True)
 
     def maintain(self) -> None:
