@@ -19,7 +19,7 @@ import httptools
 
 from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, too_large
 from .request import Request
-from .wsgi import Outlet, run_app
+from .wsgi import Outlet, run_request
 
 if TYPE_CHECKING:
     from .server import Server
@@ -241,9 +241,9 @@ class Connection(asyncio.Protocol):
             self._linger()
             return
         inline = self.server.inline
-        if inline is not None:
+        if inline is not None and self.server.inline_on_loop:
             try:
-                if inline(environ, functools.partial(self._answer_inline, item)):
+                if inline(environ, functools.partial(self.answer_inline, item)):
                     return
             except Exception:   # a fault of the handler is a JSON 500, not a hung connection
                 log.exception("the inline handler failed on %s %s", item.method, item.url[:200])
@@ -252,9 +252,9 @@ class Connection(asyncio.Protocol):
                 self.serving = False
                 self._serve_next()
                 return
-        self.server.workers.submit(functools.partial(run_app, self.server.app, self, item, environ))
+        self.server.workers.submit(functools.partial(run_request, self, item, environ))
 
-    def _answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+    def answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         """The answer of a request the inline handler took (any thread)."""
         self.server.post(self, request, status, headers, body)
 

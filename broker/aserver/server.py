@@ -9,8 +9,10 @@
   its answer; it cuts a connection whose answer makes no progress for ``stall_timeout`` (a client
   that stopped reading), and whatever is still open after ``drain_timeout``.
 
-Requests go to the WSGI app on ``threads`` worker threads, except those the ``inline`` handler
-takes on the loop's thread (the publish fast path): those hold no thread while they commit.
+Requests go to the WSGI app on ``threads`` worker threads. The ``inline`` handler (the publish
+fast path) is offered each request first, on the loop's thread with ``inline_on_loop``, else on
+the worker thread; a request it takes holds no thread while it commits: the handler answers it
+later, from any thread, and the loop sends the answer.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ class Server:
 
     def __init__(self, app: WSGIApp, *, host: str, port: int, threads: int, max_connections: int,
                  idle_timeout: float, header_timeout: float, max_request: int, ident: str = "toymb",
-                 inline: InlineHandler | None = None) -> None:
+                 inline: InlineHandler | None = None, inline_on_loop: bool = True) -> None:
         self.app = app
         self.inline = inline
+        self.inline_on_loop = inline_on_loop
         self.threads = threads
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout

@@ -7,6 +7,7 @@ buffer, never a growing one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -112,6 +113,27 @@ class WorkerPool:
         """Let every thread end after its current job."""
         for _ in self.threads:
             self.jobs.put(None)
+
+
+def run_request(connection: Connection, request: Request, environ: dict[str, Any]) -> None:
+    """Serve ``request`` on this (worker) thread: the server's inline handler when it is not run
+    on the loop and takes the request (its answer then comes later, through the loop), else the app."""
+    server = connection.server
+    inline = server.inline
+    if inline is not None and not server.inline_on_loop:
+        try:
+            if inline(environ, functools.partial(connection.answer_inline, request)):
+                return
+        except Exception:
+            log.exception("the inline handler failed on %s %s", request.method, request.url[:200])
+            request.keep_alive = False   # the 500 closes the connection, as the app's would
+            try:
+                connection.outlet.send(Refusal(500, "the server could not answer this request; see the node's log")
+                                       .answer(server.ident), request)
+            except ClientGone:
+                pass
+            return
+    run_app(server.app, connection, request, environ)
 
 
 def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dict[str, Any]) -> None:

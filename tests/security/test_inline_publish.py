@@ -1,8 +1,10 @@
-"""Publishes answered on the server's loop thread (no worker thread waits for the commit).
+"""Publishes answered without a thread waiting for the commit (the inline way).
 
-A node takes a small publish to a topic it knows inline; the first publish to a new topic, a
-large body, ``Connection: close`` and HTTP/1.0 still go to a worker. Both ways must answer alike,
-keep the order of pipelined answers, and survive clients that leave before their answer.
+A node takes a small publish to a topic it knows inline: validated on the server's loop thread
+(``TOYMB_INLINE_PUBLISH``) or on a worker thread (the default), then answered by the commit
+through the loop. The first publish to a new topic, a large body, ``Connection: close`` and
+HTTP/1.0 still take the whole way through the app. Both ways must answer alike, keep the order of
+pipelined answers, and survive clients that leave before their answer, wherever the inline way runs.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from tests.support import NodeProcess, wait_until
 Reply = tuple[int, dict[str, str], Any]
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+@pytest.fixture(scope="module", params=["true", "false"], ids=["on-the-loop", "on-a-worker"])
+def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     with NodeProcess(tmp_path_factory.mktemp("inline"), env={"TOYMB_MAX_BODY": "1048576",
-                                                             "TOYMB_INLINE_PUBLISH": "true"}) as proc:
+                                                             "TOYMB_INLINE_PUBLISH": request.param}) as proc:
         yield proc
 
 
