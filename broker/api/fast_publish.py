@@ -42,8 +42,8 @@ WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 PREFIX = "/v1/topics/"
 SUFFIX = "/messages"
 PUBLISH_ENDPOINT = "topics.publish"
-# Bodies up to this are taken inline, parsed on the server's loop thread: parsing one costs well
-# under a millisecond, so other connections' reads and writes are never held up for long.
+# Bodies up to this are taken inline (perhaps parsed on the server's loop thread): parsing one
+# costs well under a millisecond, so other connections' reads and writes are never held up for long.
 INLINE_MAX_BYTES = 64 * 1024
 _REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
             413: "413 Payload Too Large", 422: "422 Unprocessable Entity", 500: "500 Internal Server Error",
@@ -81,9 +81,11 @@ class PublishFastPath:
     def inline(self, environ: dict[str, Any], respond: Respond) -> bool:
         """Take a publish without holding a thread while it commits; False to leave it to :meth:`__call__`.
 
-        Taken only when nothing in it can block: a small body, a topic this node owns and knows,
-        with no enrichers. ``respond(status, headers, body)`` is then called once, from the
-        writer's thread when the commit ends (or at once for a refusal of the body).
+        Called by the server on its loop thread (``TOYMB_INLINE_PUBLISH``) or on a worker thread,
+        which is then free as soon as this returns. Taken only when nothing in it can block: a
+        small body, a topic this node owns and knows, with no enrichers. ``respond(status,
+        headers, body)`` is then called once, from the writer's thread when the commit ends (or at
+        once for a refusal of the body).
         """
         topic = self._own_topic(environ)
         length = self._length(environ) if topic is not None else None
