@@ -19,7 +19,7 @@ import httptools
 
 from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, too_large
 from .request import Request
-from .wsgi import Outlet, run_request
+from .wsgi import Outlet
 
 if TYPE_CHECKING:
     from .server import Server
@@ -252,7 +252,7 @@ class Connection(asyncio.Protocol):
                 self.serving = False
                 self._serve_next()
                 return
-        self.server.workers.submit(functools.partial(run_request, self, item, environ))
+        self.server.hand_over(self, item, environ)
 
     def answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         """The answer of a request the inline handler took (any thread)."""
