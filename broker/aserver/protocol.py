@@ -22,7 +22,9 @@ from .request import Request
 from .wsgi import Outlet
 
 if TYPE_CHECKING:
-    from .server import Server
+    from collections.abc import Callable
+
+    from .server import Answer, Server
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +256,14 @@ class Connection(asyncio.Protocol):
                 return
         self.server.hand_over(self, item, environ)
 
-    def answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
-        """The answer of a request the inline handler took (any thread)."""
-        self.server.post(self, request, status, headers, body)
+    def answer_inline(self, request: Request, make: Callable[[], Answer]) -> None:
+        """The answer of a request the inline handler took, made by ``make()`` on the loop (any thread)."""
+        self.server.post(self, request, make)
+
+    def refuse_inline(self, request: Request, refusal: Refusal) -> None:
+        """Answer a request the inline handler took with ``refusal``, then close (the loop's thread)."""
+        request.keep_alive = False
+        self._write(refusal.answer(self.server.ident), request)
 
     def send_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         close = not request.keep_alive or self.server.draining

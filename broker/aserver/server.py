@@ -42,8 +42,10 @@ log = logging.getLogger(__name__)
 FD_RESERVE = 256
 BACKLOG = 1024
 DRAIN_SWEEP_S = 0.05
-# How an inline handler answers: (status line, headers, body), from any thread.
-Respond = Callable[[str, list[tuple[str, str]], bytes], None]
+# An answer: (status line, headers, body).
+Answer = tuple[str, list[tuple[str, str]], bytes]
+# How an inline handler answers, from any thread: with what makes the answer, run on the loop.
+Respond = Callable[[Callable[[], Answer]], None]
 # A handler of requests served on the loop's thread: (environ, respond) -> taken.
 InlineHandler = Callable[[dict[str, Any], Respond], bool]
 
@@ -83,7 +85,7 @@ class Server:
         self._workers: WorkerPool | None = None
         # Inline answers from other threads, sent by one call on the loop however many are posted:
         # a commit answers a whole batch of publishes, and each wake-up of the loop is a syscall.
-        self._outbox: list[tuple[Connection, Request, str, list[tuple[str, str]], bytes]] = []
+        self._outbox: list[tuple[Connection, Request, Callable[[], Answer]]] = []
         self._outbox_lock = threading.Lock()
         # Publishes the loop hands to the worker threads in this turn of the loop (hand_over).
         self._handover: list[tuple[Connection, Request, dict[str, Any]]] = []
@@ -162,11 +164,10 @@ class Server:
         else:
             self.workers.submit(functools.partial(run_requests, batch))
 
-    def post(self, connection: Connection, request: Request, status: str, headers: list[tuple[str, str]],
-             body: bytes) -> None:
-        """Queue an inline request's answer for the loop to send (any thread)."""
+    def post(self, connection: Connection, request: Request, make: Callable[[], Answer]) -> None:
+        """Queue an inline request's answer for the loop to make (``make()``) and send (any thread)."""
         with self._outbox_lock:
-            self._outbox.append((connection, request, status, headers, body))
+            self._outbox.append((connection, request, make))
             first = len(self._outbox) == 1
         if first:
             try:
@@ -177,7 +178,14 @@ class Server:
     def _send_posted(self) -> None:
         with self._outbox_lock:
             posted, self._outbox = self._outbox, []
-        for connection, request, status, headers, body in posted:
+        for connection, request, make in posted:
+            try:
+                status, headers, body = make()
+            except Exception:   # a fault of the handler is a JSON 500, not a hung connection
+                log.exception("making the answer of %s %s failed", request.method, request.url[:200])
+                connection.refuse_inline(request, Refusal(500, "the server could not answer this request; "
+                                                               "see the node's log"))
+                continue
             connection.send_inline(request, status, headers, body)
 
     def admit(self, connection: Connection) -> bool:
