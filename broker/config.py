@@ -122,10 +122,10 @@ class Settings:
     max_header_value: int = _field(8192, _pos, "longest header value")
     max_id: int = _field(256, _pos, "longest message id or key")
     threads: int = _field(32, _pos, "WSGI worker threads")
-    # Off by default: it costs about half the node CPU per publish, but on a loaded machine its one
-    # loop thread answered fewer publishes than 64 worker threads at 64 connections (README).
-    inline_publish: bool = _field(False, _bool, "answer small publishes on the server's loop thread, without a "
-                                  "worker thread (half the CPU a publish, not steadily faster on a busy machine: off)")
+    # Off by default: a worker thread validates a publish and is free at once (its commit answers it
+    # either way); on a loaded machine one loop thread doing that too answered fewer publishes (README).
+    inline_publish: bool = _field(False, _bool, "validate small publishes on the server's loop thread instead of "
+                                  "a worker thread (less CPU a publish, slower on a busy machine: off)")
     max_connections: int = _field(
         1000, _pos,
         "most open HTTP connections; past it the least recently active idle one is closed (503 if all are busy)")

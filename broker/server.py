@@ -52,12 +52,12 @@ def serve(settings: Settings) -> None:
     app = create_app(settings)
     node = app.extensions["toymb"]
     freeze_startup_heap()
-    inline = app.wsgi_app.inline if settings.inline_publish and isinstance(app.wsgi_app, PublishFastPath) else None
+    inline = app.wsgi_app.inline if isinstance(app.wsgi_app, PublishFastPath) else None
     server = Server(
         app, host=settings.host, port=settings.port, threads=settings.threads,
         max_connections=settings.max_connections, idle_timeout=settings.idle_timeout_ms / 1000,
         header_timeout=settings.header_timeout_ms / 1000, max_request=settings.max_request,
-        ident="toymb", inline=inline,
+        ident="toymb", inline=inline, inline_on_loop=settings.inline_publish,
     )
 
     def shutdown(signum: int) -> None:

@@ -17,6 +17,7 @@ and a caller the authorizer refuses (Flask answers it, counts the failure and ad
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -31,19 +32,22 @@ from .fast_json import answer_bytes
 if TYPE_CHECKING:
     from ..appender import Stored
     from ..node import Node
+    from ..publish import PendingPublish
     from ..security import Authorizer
     from .routes import Routes
 
 StartResponse = Callable[..., Any]
-# How an inline publish is answered: (status line, headers, body), from any thread.
-Respond = Callable[[str, list[tuple[str, str]], bytes], None]
+# An answer: (status line, headers, body).
+Answer = tuple[str, list[tuple[str, str]], bytes]
+# How an inline publish is answered, from any thread: with what makes its answer, on the loop.
+Respond = Callable[[Callable[[], Answer]], None]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 PREFIX = "/v1/topics/"
 SUFFIX = "/messages"
 PUBLISH_ENDPOINT = "topics.publish"
-# Bodies up to this are taken inline, parsed on the server's loop thread: parsing one costs well
-# under a millisecond, so other connections' reads and writes are never held up for long.
+# Bodies up to this are taken inline (perhaps parsed on the server's loop thread): parsing one
+# costs well under a millisecond, so other connections' reads and writes are never held up for long.
 INLINE_MAX_BYTES = 64 * 1024
 _REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
             413: "413 Payload Too Large", 422: "422 Unprocessable Entity", 500: "500 Internal Server Error",
@@ -81,9 +85,11 @@ class PublishFastPath:
     def inline(self, environ: dict[str, Any], respond: Respond) -> bool:
         """Take a publish without holding a thread while it commits; False to leave it to :meth:`__call__`.
 
-        Taken only when nothing in it can block: a small body, a topic this node owns and knows,
-        with no enrichers. ``respond(status, headers, body)`` is then called once, from the
-        writer's thread when the commit ends (or at once for a refusal of the body).
+        Called by the server on its loop thread (``TOYMB_INLINE_PUBLISH``) or on a worker thread,
+        which is then free as soon as this returns. Taken only when nothing in it can block: a
+        small body, a topic this node owns and knows, with no enrichers. ``respond(status,
+        headers, body)`` is then called once, from the writer's thread when the commit ends (or at
+        once for a refusal of the body).
         """
         topic = self._own_topic(environ)
         length = self._length(environ) if topic is not None else None
@@ -94,19 +100,25 @@ class PublishFastPath:
         try:
             pending = publisher.begin(topic, self._body(environ, length))
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
-            respond(*self._answer(*error_answer(exc, self.max_request)))
+            refusal = self._answer(*error_answer(exc, self.max_request))
+            respond(lambda: refusal)
             return True
 
         def committed(future: Future[list[Stored]]) -> None:
-            try:
-                status, answer = publisher.finish(pending, future.result())
-                headers: dict[str, str] = {}
-            except Exception as exc:  # noqa: BLE001 - as above
-                status, answer, headers = error_answer(exc, self.max_request)
-            respond(*self._answer(status, answer, headers))
+            # Run by the writer: the answer is made later, on the loop, so that the writer's next
+            # commit does not wait for every answer of this one to be made.
+            respond(functools.partial(self._committed_answer, pending, future))
 
         pending.future.add_done_callback(committed)
         return True
+
+    def _committed_answer(self, pending: PendingPublish, future: Future[list[Stored]]) -> Answer:
+        try:
+            status, answer = self.node.publisher.finish(pending, future.result())
+            headers: dict[str, str] = {}
+        except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
+            status, answer, headers = error_answer(exc, self.max_request)
+        return self._answer(status, answer, headers)
 
     def _allowed(self, environ: dict[str, Any], topic: str) -> bool:
         """Whether the caller may publish; a refused one is Flask's to answer (it counts the failure)."""
@@ -125,7 +137,7 @@ class PublishFastPath:
         return raw
 
     @staticmethod
-    def _answer(status: int, answer: Any, headers: dict[str, str]) -> tuple[str, list[tuple[str, str]], bytes]:
+    def _answer(status: int, answer: Any, headers: dict[str, str]) -> Answer:
         body = answer_bytes(answer)
         return (_REASONS.get(status, f"{status} Error"),
                 [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()], body)

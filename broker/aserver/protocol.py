@@ -19,10 +19,12 @@ import httptools
 
 from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, too_large
 from .request import Request
-from .wsgi import Outlet, run_app
+from .wsgi import Outlet
 
 if TYPE_CHECKING:
-    from .server import Server
+    from collections.abc import Callable
+
+    from .server import Answer, Server
 
 log = logging.getLogger(__name__)
 
@@ -241,9 +243,9 @@ class Connection(asyncio.Protocol):
             self._linger()
             return
         inline = self.server.inline
-        if inline is not None:
+        if inline is not None and self.server.inline_on_loop:
             try:
-                if inline(environ, functools.partial(self._answer_inline, item)):
+                if inline(environ, functools.partial(self.answer_inline, item)):
                     return
             except Exception:   # a fault of the handler is a JSON 500, not a hung connection
                 log.exception("the inline handler failed on %s %s", item.method, item.url[:200])
@@ -252,11 +254,16 @@ class Connection(asyncio.Protocol):
                 self.serving = False
                 self._serve_next()
                 return
-        self.server.workers.submit(functools.partial(run_app, self.server.app, self, item, environ))
+        self.server.hand_over(self, item, environ)
 
-    def _answer_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
-        """The answer of a request the inline handler took (any thread)."""
-        self.server.post(self, request, status, headers, body)
+    def answer_inline(self, request: Request, make: Callable[[], Answer]) -> None:
+        """The answer of a request the inline handler took, made by ``make()`` on the loop (any thread)."""
+        self.server.post(self, request, make)
+
+    def refuse_inline(self, request: Request, refusal: Refusal) -> None:
+        """Answer a request the inline handler took with ``refusal``, then close (the loop's thread)."""
+        request.keep_alive = False
+        self._write(refusal.answer(self.server.ident), request)
 
     def send_inline(self, request: Request, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
         close = not request.keep_alive or self.server.draining

@@ -9,13 +9,16 @@
   its answer; it cuts a connection whose answer makes no progress for ``stall_timeout`` (a client
   that stopped reading), and whatever is still open after ``drain_timeout``.
 
-Requests go to the WSGI app on ``threads`` worker threads, except those the ``inline`` handler
-takes on the loop's thread (the publish fast path): those hold no thread while they commit.
+Requests go to the WSGI app on ``threads`` worker threads. The ``inline`` handler (the publish
+fast path) is offered each request first, on the loop's thread with ``inline_on_loop``, else on
+the worker thread; a request it takes holds no thread while it commits: the handler answers it
+later, from any thread, and the loop sends the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import resource
 import socket
@@ -30,7 +33,7 @@ from ..errors import ConfigError
 from .framing import Refusal
 from .protocol import Connection
 from .request import Request
-from .wsgi import WorkerPool, WSGIApp
+from .wsgi import WorkerPool, WSGIApp, run_request, run_requests
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,10 @@ log = logging.getLogger(__name__)
 FD_RESERVE = 256
 BACKLOG = 1024
 DRAIN_SWEEP_S = 0.05
-# How an inline handler answers: (status line, headers, body), from any thread.
-Respond = Callable[[str, list[tuple[str, str]], bytes], None]
+# An answer: (status line, headers, body).
+Answer = tuple[str, list[tuple[str, str]], bytes]
+# How an inline handler answers, from any thread: with what makes the answer, run on the loop.
+Respond = Callable[[Callable[[], Answer]], None]
 # A handler of requests served on the loop's thread: (environ, respond) -> taken.
 InlineHandler = Callable[[dict[str, Any], Respond], bool]
 
@@ -50,9 +55,10 @@ class Server:
 
     def __init__(self, app: WSGIApp, *, host: str, port: int, threads: int, max_connections: int,
                  idle_timeout: float, header_timeout: float, max_request: int, ident: str = "toymb",
-                 inline: InlineHandler | None = None) -> None:
+                 inline: InlineHandler | None = None, inline_on_loop: bool = True) -> None:
         self.app = app
         self.inline = inline
+        self.inline_on_loop = inline_on_loop
         self.threads = threads
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
@@ -79,8 +85,10 @@ class Server:
         self._workers: WorkerPool | None = None
         # Inline answers from other threads, sent by one call on the loop however many are posted:
         # a commit answers a whole batch of publishes, and each wake-up of the loop is a syscall.
-        self._outbox: list[tuple[Connection, Request, str, list[tuple[str, str]], bytes]] = []
+        self._outbox: list[tuple[Connection, Request, Callable[[], Answer]]] = []
         self._outbox_lock = threading.Lock()
+        # Publishes the loop hands to the worker threads in this turn of the loop (hand_over).
+        self._handover: list[tuple[Connection, Request, dict[str, Any]]] = []
 
     @property
     def workers(self) -> WorkerPool:
@@ -134,11 +142,32 @@ class Server:
             self.socket.close()
         self._sweep()
 
-    def post(self, connection: Connection, request: Request, status: str, headers: list[tuple[str, str]],
-             body: bytes) -> None:
-        """Queue an inline request's answer for the loop to send (any thread)."""
+    def hand_over(self, connection: Connection, request: Request, environ: dict[str, Any]) -> None:
+        """Give ``request`` to the worker threads (the loop's thread).
+
+        With an ``inline`` handler run on worker threads, the publishes received in one turn of
+        the loop go to one worker as one job, which offers each to the handler (a few tens of µs
+        each): one thread wake-up for them all instead of one each (a wake-up and the switch to
+        that thread cost about as much as the handler). Anything else gets a worker of its own.
+        """
+        if self.inline is None or self.inline_on_loop or environ["REQUEST_METHOD"] != "POST":
+            self.workers.submit(functools.partial(run_request, connection, request, environ))
+            return
+        self._handover.append((connection, request, environ))
+        if len(self._handover) == 1:
+            self.event_loop().call_soon(self._hand_over_turn)
+
+    def _hand_over_turn(self) -> None:
+        batch, self._handover = self._handover, []
+        if len(batch) == 1:
+            self.workers.submit(functools.partial(run_request, *batch[0]))
+        else:
+            self.workers.submit(functools.partial(run_requests, batch))
+
+    def post(self, connection: Connection, request: Request, make: Callable[[], Answer]) -> None:
+        """Queue an inline request's answer for the loop to make (``make()``) and send (any thread)."""
         with self._outbox_lock:
-            self._outbox.append((connection, request, status, headers, body))
+            self._outbox.append((connection, request, make))
             first = len(self._outbox) == 1
         if first:
             try:
@@ -149,7 +178,14 @@ class Server:
     def _send_posted(self) -> None:
         with self._outbox_lock:
             posted, self._outbox = self._outbox, []
-        for connection, request, status, headers, body in posted:
+        for connection, request, make in posted:
+            try:
+                status, headers, body = make()
+            except Exception:   # a fault of the handler is a JSON 500, not a hung connection
+                log.exception("making the answer of %s %s failed", request.method, request.url[:200])
+                connection.refuse_inline(request, Refusal(500, "the server could not answer this request; "
+                                                               "see the node's log"))
+                continue
             connection.send_inline(request, status, headers, body)
 
     def admit(self, connection: Connection) -> bool:

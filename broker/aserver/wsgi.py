@@ -7,6 +7,7 @@ buffer, never a growing one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -112,6 +113,43 @@ class WorkerPool:
         """Let every thread end after its current job."""
         for _ in self.threads:
             self.jobs.put(None)
+
+
+def run_request(connection: Connection, request: Request, environ: dict[str, Any]) -> None:
+    """Serve ``request`` on this (worker) thread: the server's inline handler when it is not run
+    on the loop and takes the request (its answer then comes later, through the loop), else the app."""
+    if not take_inline(connection, request, environ):
+        run_app(connection.server.app, connection, request, environ)
+
+
+def run_requests(batch: list[tuple[Connection, Request, dict[str, Any]]]) -> None:
+    """Requests the loop handed over in one turn (:meth:`~broker.aserver.server.Server.hand_over`),
+    on this one worker thread: those the inline handler takes cost no wake-up of a thread each;
+    every other one goes to a worker thread of its own, so that none waits behind a slow one."""
+    for connection, request, environ in batch:
+        if not take_inline(connection, request, environ):
+            server = connection.server
+            server.workers.submit(functools.partial(run_app, server.app, connection, request, environ))
+
+
+def take_inline(connection: Connection, request: Request, environ: dict[str, Any]) -> bool:
+    """Offer ``request`` to the server's inline handler on this (worker) thread; whether it was
+    taken (or answered with a 500 because the handler failed)."""
+    server = connection.server
+    inline = server.inline
+    if inline is None or server.inline_on_loop:
+        return False
+    try:
+        return inline(environ, functools.partial(connection.answer_inline, request))
+    except Exception:
+        log.exception("the inline handler failed on %s %s", request.method, request.url[:200])
+        request.keep_alive = False   # the 500 closes the connection, as the app's would
+        try:
+            connection.outlet.send(Refusal(500, "the server could not answer this request; see the node's log")
+                                   .answer(server.ident), request)
+        except ClientGone:
+            pass
+        return True
 
 
 def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dict[str, Any]) -> None:

@@ -28,6 +28,19 @@ RESCAN_SECONDS = 5.0  # recount owned topics this often even when the live set i
 
 # Called with (gained, lost) topic names after a new live set changed what this node owns.
 OwnershipListener = Callable[[set[str], set[str]], None]
+# Owners remembered per live set, at most: every publish asks (twice: its request and its commit),
+# and scoring a topic against each member (a hash and a Levenshtein distance) cost about 5 µs.
+OWNER_MEMO_TOPICS = 16_384
+
+
+class _OwnerMemo:
+    """The owners of the topics asked about under one live set (a new set starts a new memo)."""
+
+    __slots__ = ("live", "owners")
+
+    def __init__(self, live: tuple[Member, ...]) -> None:
+        self.live = live
+        self.owners: dict[str, Member | None] = {}
 
 
 class Router:
@@ -49,6 +62,7 @@ class Router:
         self._known: frozenset[str] = frozenset()
         self._last_scan = 0.0
         self._scan_lock = threading.Lock()
+        self._memo = _OwnerMemo(())
 
     def subscribe(self, listener: OwnershipListener, *, synchronous: bool = False) -> None:
         """Call ``listener(gained, lost)`` after a new view changed what this node owns.
@@ -63,7 +77,22 @@ class Router:
         return self.membership.view.generation
 
     def _owner_in(self, topic: str, view: View) -> Member | None:
-        return ownership.owner(ownership.ownership_key(topic, self.dlq_suffix), view.live)
+        live = view.live
+        memo = self._memo
+        if memo.live is not live:
+            if memo.live != live:   # each reload makes a new tuple; only a different set starts over
+                memo = self._memo = _OwnerMemo(live)
+            else:
+                memo.live = live
+        try:
+            return memo.owners[topic]
+        except KeyError:
+            pass
+        found = ownership.owner(ownership.ownership_key(topic, self.dlq_suffix), live)
+        if len(memo.owners) >= OWNER_MEMO_TOPICS:
+            memo.owners.clear()
+        memo.owners[topic] = found
+        return found
 
     def owner_member(self, topic: str) -> Member | None:
         return self._owner_in(topic, self.membership.view)

@@ -192,13 +192,24 @@ class WalCheckpointer:
         """Run the due ``RESTART`` checkpoint on ``conn`` (a writer's DBAPI connection, between
         two of its commits; see :meth:`checkpoint`). Past the cap it is repeated until readers
         let the log start over, holding writes off meanwhile: the log stays bounded."""
-        wait_ms = self._due_wait_ms
+        wait_ms = self.restart_due()
+        if wait_ms is not None:
+            self.restart(conn, wait_ms)
+
+    def restart_due(self) -> int | None:
+        """The busy timeout (ms) of the ``RESTART`` checkpoint that is due, or None: none is.
+
+        Cheap (one read of the wal-index), so the writer asks after every commit and takes a
+        connection only when one is due."""
         frames = _log_frames(self._wal_index())
         if frames is not None and frames[0] * frames[2] > self.cap_bytes:
             # Past the cap, whatever the thread saw last: the bound must not wait for its next look.
-            wait_ms = _PINNED_WAIT_MS
-        if wait_ms is None:
-            return
+            return _PINNED_WAIT_MS
+        return self._due_wait_ms
+
+    def restart(self, conn: Any, wait_ms: int) -> None:
+        """Run a ``RESTART`` checkpoint on ``conn`` with a busy timeout of ``wait_ms`` (what
+        :meth:`restart_due` said), repeated past the cap until it succeeds (see :meth:`restart_if_due`)."""
         try:
             conn.execute(f"PRAGMA busy_timeout={wait_ms}")
             while True:

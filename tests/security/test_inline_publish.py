@@ -1,8 +1,10 @@
-"""Publishes answered on the server's loop thread (no worker thread waits for the commit).
+"""Publishes answered without a thread waiting for the commit (the inline way).
 
-A node takes a small publish to a topic it knows inline; the first publish to a new topic, a
-large body, ``Connection: close`` and HTTP/1.0 still go to a worker. Both ways must answer alike,
-keep the order of pipelined answers, and survive clients that leave before their answer.
+A node takes a small publish to a topic it knows inline: validated on the server's loop thread
+(``TOYMB_INLINE_PUBLISH``) or on a worker thread (the default), then answered by the commit
+through the loop. The first publish to a new topic, a large body, ``Connection: close`` and
+HTTP/1.0 still take the whole way through the app. Both ways must answer alike, keep the order of
+pipelined answers, and survive clients that leave before their answer, wherever the inline way runs.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from tests.support import NodeProcess, wait_until
 Reply = tuple[int, dict[str, str], Any]
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+@pytest.fixture(scope="module", params=["true", "false"], ids=["on-the-loop", "on-a-worker"])
+def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     with NodeProcess(tmp_path_factory.mktemp("inline"), env={"TOYMB_MAX_BODY": "1048576",
-                                                             "TOYMB_INLINE_PUBLISH": "true"}) as proc:
+                                                             "TOYMB_INLINE_PUBLISH": request.param}) as proc:
         yield proc
 
 
@@ -196,3 +198,28 @@ def test_the_setting_decides_whether_a_publish_needs_a_free_worker_thread(tmp_pa
     assert published[0] == 201 and polled[0] == 200
     got = [m["id"] for m in polled[2]["messages"]]
     assert got == (["during"] if inline == "true" else [])
+
+
+def test_publishes_arriving_together_are_all_answered_whichever_way_each_goes(node: NodeProcess) -> None:
+    """Requests received in one turn of the loop are handed to the worker threads together: those
+    the inline way takes, and the others (a topic never seen, a read), each get their own answer."""
+    exchange(node, request("together", b'{"body": 0}'))  # make the topic known
+    socks = [socket.create_connection(("127.0.0.1", node.port), timeout=20) for _ in range(24)]
+    try:
+        sent = []
+        for n, sock in enumerate(socks):
+            if n % 6 == 5:
+                raw, want = b"GET /v1/topics/together HTTP/1.1\r\nHost: x\r\n\r\n", ("read", 200)
+            elif n % 3 == 2:
+                raw, want = request(f"together-new-{n}", b'{"body": 1}'), (f"together-new-{n}", 201)
+            else:
+                raw, want = request("together", json.dumps({"id": f"t{n}", "body": n}).encode()), ("together", 201)
+            sent.append(want)
+            sock.sendall(raw)
+        for sock, (topic, status) in zip(socks, sent, strict=True):
+            got, _, body = read_replies(sock, 1)[0]
+            assert got == status, body
+            assert ("end_offsets" in body) if topic == "read" else body["topic"] == topic
+    finally:
+        for sock in socks:
+            sock.close()
