@@ -26,6 +26,7 @@ from typing import Any
 
 from bench.common import own_peak_rss_mb, report, write_results
 from bench.journal_lag import measure as measure_lag
+from bench.journal_lag import tree_cpu_s
 from broker import config
 from broker.appender import Appender
 from broker.envelope import NewMessage
@@ -114,11 +115,12 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
     return elapsed, batches
 
 
-def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int]:
+def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int, float]:
     """Spark writing the same rows from a DataFrame, laid out as the journal does.
 
     Two ceilings: the strict one writes a cached, materialised DataFrame (only the Delta write
-    is timed); the second times ``createDataFrame(rows)`` from memory plus the write.
+    is timed, with its CPU: this process and the JVM); the second times ``createDataFrame(rows)``
+    from memory plus the write.
     """
     import pyarrow as pa
     from pyspark.sql import functions as F
@@ -140,11 +142,11 @@ def _ceiling(spark: Any, url: str, out: Path) -> tuple[float, float, int]:
     df = (with_header_map(spark.createDataFrame(table))
           .repartition(spark.sparkContext.defaultParallelism).cache())
     rows = df.count()
-    started = time.perf_counter()
+    cpu, started = tree_cpu_s(), time.perf_counter()
     write(df, out / "cached")
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, tree_cpu_s() - cpu
     df.unpersist()
-    return elapsed, created, rows
+    return elapsed, created, rows, cpu
 
 
 # Delta's defaults that journal_spark.job.with_delta changes for small, frequent commits.
@@ -172,7 +174,6 @@ def _per_batch_cost(spark: Any, root: Path, batches: int) -> dict[str, Any]:
 
     from pyspark.sql import functions as F
 
-    from bench.journal_lag import tree_cpu_s
     from journal_spark.delta_commit import Append
     from journal_spark.schema import PARTITION_COLUMNS
 
@@ -215,14 +216,20 @@ def _throughput(spark: Any, root: Path, per_topic: int, max_rows: int) -> dict[s
     _fill(store, per_topic)
     rows = store.count_messages()
     store.dispose()
+    cpu = tree_cpu_s()
     wall_s, batches_s = _journal_once(spark, settings, data / "checkpoints")
-    ceiling_s, created_s, ceiling_rows = _ceiling(spark, settings.effective_database_url, data / "ceiling")
+    journal_cpu = tree_cpu_s() - cpu
+    ceiling_s, created_s, ceiling_rows, ceiling_cpu = _ceiling(spark, settings.effective_database_url,
+                                                               data / "ceiling")
     assert ceiling_rows == rows
     shutil.rmtree(data, ignore_errors=True)
     return {"rows": rows, "max_rows": max_rows, "journal_wall_s": wall_s, "journal_batches_s": batches_s,
             "ceiling_s": ceiling_s, "ceiling_created_s": created_s, "journal_rows_per_s": rows / batches_s,
             "ceiling_rows_per_s": rows / ceiling_s, "ratio": ceiling_s / batches_s,
-            "ratio_with_query_start": ceiling_s / wall_s, "ratio_vs_created": created_s / batches_s}
+            "ratio_with_query_start": ceiling_s / wall_s, "ratio_vs_created": created_s / batches_s,
+            # Load-independent: CPU-seconds of this process and the JVM (with any Python workers).
+            "journal_cpu_s_per_1000_rows": 1000 * journal_cpu / rows,
+            "ceiling_cpu_s_per_1000_rows": 1000 * ceiling_cpu / rows}
 
 
 def _lag(root: Path, rate: int, seconds: float) -> dict[str, Any]:
@@ -316,6 +323,8 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "ratio journal / ceiling (target >= 0.6)": tp["ratio"],
         "  same, counting the query's start-up (~1 s)": tp["ratio_with_query_start"],
         "  vs createDataFrame + write": tp["ratio_vs_created"],
+        "  CPU-s per 1,000 rows, journal (driver + JVM)": tp["journal_cpu_s_per_1000_rows"],
+        "  CPU-s per 1,000 rows, ceiling (driver + JVM)": tp["ceiling_cpu_s_per_1000_rows"],
         "ratio with the backlog in one micro-batch": big["ratio"],
         "  same, vs createDataFrame + write": big["ratio_vs_created"],
         "1,000-row batch commit, the journal's (s, median)": cost["tuned_median_s"],

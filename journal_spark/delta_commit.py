@@ -22,18 +22,54 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class _JvmNames:
+    """The JVM classes and objects a commit uses, looked up once per JVM.
+
+    Each ``jvm.org.apache...`` step is a py4j round trip, and each step that is a package rather
+    than a class makes the JVM search every jar on its class path for it first: a tenth of the
+    driver's CPU per micro-batch (JFR, steady state), for the same names every time.
+    """
+
+    delta_log: Any
+    set_transaction: Any
+    write_operation: Any
+    some: Any
+    none: Any
+    long: Any
+    array_list: Any
+    append_mode: Any
+    to_seq: Any
+
+
+_NAMES: list[tuple[Any, _JvmNames]] = []   # (the py4j JVM view, its names): one JVM per process
+
+
+def _names(jvm: Any) -> _JvmNames:
+    found = next((names for view, names in _NAMES if view is jvm), None)
+    if found is None:
+        delta = jvm.org.apache.spark.sql.delta
+        found = _JvmNames(
+            delta_log=delta.DeltaLog, set_transaction=delta.actions.SetTransaction,
+            write_operation=getattr(delta, "DeltaOperations$Write"), some=jvm.scala.Some,
+            none=getattr(getattr(jvm.scala, "None$"), "MODULE$"), long=jvm.java.lang.Long,
+            array_list=jvm.java.util.ArrayList, append_mode=jvm.org.apache.spark.sql.SaveMode.Append,
+            to_seq=jvm.org.apache.spark.api.python.PythonUtils.toSeq)
+        _NAMES[:] = [(jvm, found)]   # a new JVM (a restarted gateway) replaces the old one's names
+    return found
 
 
 class Append:
     """One open Delta transaction on a table, for an append marked with ``app_id``."""
 
     def __init__(self, spark: Any, table: str, app_id: str) -> None:
-        jvm = spark._jvm
-        self._jvm = jvm
-        self._delta = jvm.org.apache.spark.sql.delta
+        self._names = _names(spark._jvm)
         self.app_id = app_id
-        self._txn = self._delta.DeltaLog.forTable(spark._jsparkSession, table).startTransaction()
+        self._txn = self._names.delta_log.forTable(spark._jsparkSession, table).startTransaction()
         # Declares that this commit depends on app_id's version: Delta refuses it if another
         # commit after read_version set one (ConcurrentTransactionException).
         self._txn.readTxn().addOne(app_id)
@@ -53,18 +89,15 @@ class Append:
         Raises:
             py4j.protocol.Py4JJavaError: Delta refused the commit (a conflict, say).
         """
-        jvm = self._jvm
+        names = self._names
         files = self._txn.writeFiles(df._jdf)
-        marker = self._delta.actions.SetTransaction(self.app_id, version,
-                                                    jvm.scala.Some(jvm.java.lang.Long(int(time.time() * 1000))))
-        columns = jvm.java.util.ArrayList()
+        marker = names.set_transaction(self.app_id, version, names.some(names.long(int(time.time() * 1000))))
+        columns = names.array_list()
         for name in partition_by:
             columns.add(name)
-        none = getattr(getattr(jvm.scala, "None$"), "MODULE$")
+        none = names.none
         # DeltaOperations.Write(mode, partitionBy, predicate, userMetadata, and five more Options):
         # what the DataFrame writer records for an append, so the table's history reads the same.
-        operation = getattr(self._delta, "DeltaOperations$Write")(
-            jvm.org.apache.spark.sql.SaveMode.Append,
-            jvm.scala.Some(jvm.org.apache.spark.api.python.PythonUtils.toSeq(columns)),
-            none, none, none, none, none, none, none)
+        operation = names.write_operation(names.append_mode, names.some(names.to_seq(columns)),
+                                          none, none, none, none, none, none, none)
         return int(self._txn.commit(files.appended(marker), operation))

@@ -201,6 +201,30 @@ def test_an_append_does_not_rebuild_the_tables_state(spark: Any, tmp_path: Path)
     assert_journal_matches(journal, store)
 
 
+def test_the_log_is_checkpointed_off_the_commit_path(spark: Any, tmp_path: Path) -> None:
+    """No commit checkpoints the log; the sink does, in the background, every ``checkpoint_every``
+    versions, and Spark and delta-rs read the table through that checkpoint."""
+    from deltalake import DeltaTable
+
+    from journal_spark.table import COMMIT_CHECKPOINT_INTERVAL
+
+    store, frame, journal, checkpoints = _orders_batches(spark, tmp_path, 400, (0, 1, 2, 3, 4))
+    sink = DeltaSink(journal, checkpoints, JournalStore.of(store), checkpoint_every=2)
+    for batch in range(4):
+        sink.write_batch(frame.where(f"offset >= {40 * batch} AND offset < {40 * (batch + 1)}"), batch)
+        sink.wait_for_checkpoint(60)
+    log = journal / "_delta_log"
+    assert DeltaTable(str(journal)).metadata().configuration["delta.checkpointInterval"] == COMMIT_CHECKPOINT_INTERVAL
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == ["00000000000000000002.checkpoint.parquet"]
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 2
+    # Spark's log reader takes the new checkpoint up with the next append; the table reads whole.
+    sink.write_batch(frame.where("offset >= 160"), 4)
+    sink.wait_for_checkpoint(60)
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet"))[-1] == "00000000000000000004.checkpoint.parquet"
+    assert spark.read.format("delta").load(str(journal)).count() == store.count_messages()
+    assert_journal_matches(journal, store)
+
+
 def test_the_table_is_readable_without_spark_while_a_batch_is_uncommitted(spark: Any, tmp_path: Path) -> None:
     """A batch's data files written but not committed (a crash before the log entry) are not seen."""
     url = f"sqlite:///{tmp_path / 'toymb.db'}"
