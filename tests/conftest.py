@@ -28,6 +28,16 @@ from tests.support import ROOT, NodeProcess, need_service, own_database, worker_
 JVM_ARCHIVE = archive_path(Path(os.environ.get("TOYMB_SERVICES_DIR", ROOT / ".services")))
 os.environ.setdefault("JDK_JAVA_OPTIONS", java_options(JVM_ARCHIVE))
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_scratch_in_pytest_temp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Spark's scratch folders (a copy of the jars each, about 28 MB) go under pytest's temp folder,
+    which pytest prunes: the crash tests' SIGKILLed drivers never delete their /tmp/spark-*, and
+    1,200 of those once filled this machine's disk. Journal processes and Spark workers that the
+    tests start inherit the variable."""
+    os.environ.setdefault("SPARK_LOCAL_DIRS", str(tmp_path_factory.mktemp("spark-local")))
+
+
 # The server's database (created by services/postgres.sh); each xdist worker works in its own copy.
 SERVER_PG_URL = os.environ.get("TOYMB_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:15432/toymb_test")
 PG_URL = SERVER_PG_URL
