@@ -63,6 +63,11 @@ class Refusal(Exception):
         return head + b"Date: " + http_date() + b"\r\n\r\n" + body
 
 
+def server_fault() -> Refusal:
+    """The answer to a request whose handler failed: a JSON 500 that closes the connection."""
+    return Refusal(500, "the server could not answer this request; see the node's log")
+
+
 def too_large(limit: int) -> Refusal:
     """The 413 of a body over the request limit, named as the app names it."""
     return Refusal(413, f"the request body is over {limit} bytes (TOYMB_MAX_REQUEST)", limit="request", max=limit)

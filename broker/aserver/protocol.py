@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, too_large
+from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, server_fault, too_large
 from .request import Request
 from .wsgi import Outlet
 
@@ -250,7 +250,7 @@ class Connection(asyncio.Protocol):
             except Exception:   # a fault of the handler is a JSON 500, not a hung connection
                 log.exception("the inline handler failed on %s %s", item.method, item.url[:200])
                 item.close()
-                self.waiting[0] = Refusal(500, "the server could not answer this request; see the node's log")
+                self.waiting[0] = server_fault()
                 self.serving = False
                 self._serve_next()
                 return

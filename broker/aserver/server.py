@@ -30,7 +30,7 @@ from typing import Any
 import uvloop
 
 from ..errors import ConfigError
-from .framing import Refusal
+from .framing import Refusal, server_fault
 from .protocol import Connection
 from .request import Request
 from .wsgi import WorkerPool, WSGIApp, run_request, run_requests
@@ -183,8 +183,7 @@ class Server:
                 status, headers, body = make()
             except Exception:   # a fault of the handler is a JSON 500, not a hung connection
                 log.exception("making the answer of %s %s failed", request.method, request.url[:200])
-                connection.refuse_inline(request, Refusal(500, "the server could not answer this request; "
-                                                               "see the node's log"))
+                connection.refuse_inline(request, server_fault())
                 continue
             connection.send_inline(request, status, headers, body)
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .framing import Refusal, response_head
+from .framing import response_head, server_fault
 
 if TYPE_CHECKING:
     from .protocol import Connection
@@ -143,18 +143,21 @@ def take_inline(connection: Connection, request: Request, environ: dict[str, Any
         return inline(environ, functools.partial(connection.answer_inline, request))
     except Exception:
         log.exception("the inline handler failed on %s %s", request.method, request.url[:200])
-        request.keep_alive = False   # the 500 closes the connection, as the app's would
-        try:
-            connection.outlet.send(Refusal(500, "the server could not answer this request; see the node's log")
-                                   .answer(server.ident), request)
-        except ClientGone:
-            pass
+        _send_fault(connection, request)
         return True
+
+
+def _send_fault(connection: Connection, request: Request) -> None:
+    """Answer ``request`` with the server's JSON 500, in order, and close (a worker thread)."""
+    request.keep_alive = False
+    try:
+        connection.outlet.send(server_fault().answer(connection.server.ident), request)
+    except ClientGone:
+        pass
 
 
 def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dict[str, Any]) -> None:
     """Call ``app`` for ``request`` on this (worker) thread and send its answer in order."""
-    outlet = connection.outlet
     answer = Answer(connection, request)
     result: Iterable[bytes] | None = None
     try:
@@ -167,12 +170,7 @@ def run_app(app: WSGIApp, connection: Connection, request: Request, environ: dic
         if answer.head_sent:
             connection.loop.call_soon_threadsafe(connection.abort)
         else:
-            request.keep_alive = False   # the 500 closes the connection
-            try:
-                outlet.send(Refusal(500, "the server could not answer this request; see the node's log")
-                            .answer(connection.server.ident), request)
-            except ClientGone:
-                pass
+            _send_fault(connection, request)
     finally:
         close = getattr(result, "close", None)
         if close is not None:
