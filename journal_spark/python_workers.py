@@ -12,17 +12,19 @@ interpreter, that interpreter has the very pyspark and py4j the archives were pa
 (they sit inside the installed package), with its bytecode compiled once. :func:`session_python`
 then writes a small launcher that drops those two archives from ``PYTHONPATH`` and runs the
 interpreter. Anything else (another interpreter, a cluster) keeps Spark's own behaviour.
+
+The launcher is one file per interpreter in the user's cache folder, named by its content and
+written once: a journal job killed with SIGKILL leaves nothing behind (a temporary folder per job
+did, one per kill).
 """
 
 from __future__ import annotations
 
-import atexit
+import hashlib
 import importlib.util
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 _LAUNCHER = """#!/bin/sh
@@ -57,18 +59,43 @@ def session_python(master: str, python: str) -> str:
     """The interpreter Spark should start its Python processes with, for a session on ``master``.
 
     ``python`` itself, unless the session is local and ``python`` is this interpreter (the same
-    ``bin`` folder, so the same packages): then a launcher of it, valid while this process lives.
+    ``bin`` folder, so the same packages): then a launcher of it, kept in :func:`launcher_folder`.
+    Also ``python`` when that folder cannot be written.
     """
     archives = _archives_folder()
     same_interpreter = Path(python).parent.resolve() == Path(sys.executable).parent.resolve()
     if not master.startswith("local") or not same_interpreter or archives is None:
         return python
-    folder = tempfile.mkdtemp(prefix="toymb-spark-python-")   # private (0700) and unique
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    launcher = Path(folder) / "python"
-    launcher.write_text(_LAUNCHER.format(python=shlex.quote(python), drop=shlex.quote(f"{archives}/")))
-    launcher.chmod(0o700)
-    return str(launcher)
+    text = _LAUNCHER.format(python=shlex.quote(python), drop=shlex.quote(f"{archives}/"))
+    try:
+        return str(_written(launcher_folder(), text))
+    except OSError:
+        return python
+
+
+def launcher_folder() -> Path:
+    """Where launchers are kept: ``$XDG_CACHE_HOME/toymb`` (default ``~/.cache/toymb``), private (0700)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    folder = Path(cache) / "toymb"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def _written(folder: Path, text: str) -> Path:
+    """The launcher holding ``text`` in ``folder``: named by its content, so the same interpreter
+    reuses one file; written under a temporary name and renamed, so a concurrent job never runs
+    half a script."""
+    launcher = folder / f"spark-python-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    try:
+        if launcher.read_text() == text:
+            return launcher
+    except OSError:
+        pass   # not written yet (or unreadable): write it
+    partial = folder / f".{launcher.name}.{os.getpid()}"
+    partial.write_text(text)
+    partial.chmod(0o700)
+    os.replace(partial, launcher)
+    return launcher
 
 
 def with_session_python(master: str) -> tuple[str | None, str]:
@@ -76,7 +103,7 @@ def with_session_python(master: str) -> tuple[str | None, str]:
 
     Returns the previous value (None when unset) and the new one; give the previous one to
     :func:`restore_python` once the session has started, so that processes this one starts later
-    do not inherit a launcher that ends with it.
+    get the interpreter they were given.
     """
     previous = os.environ.get("PYSPARK_PYTHON")
     python = session_python(master, previous or sys.executable)

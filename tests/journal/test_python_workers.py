@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pyspark
+import pytest
 
 from journal_spark.python_workers import restore_python, session_python, with_session_python
 
@@ -53,3 +54,24 @@ def test_the_launcher_is_the_sessions_alone() -> None:
     finally:
         restore_python(previous)
     assert os.environ.get("PYSPARK_PYTHON") == before
+
+
+def test_one_launcher_per_interpreter_in_the_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept in the user's cache folder and reused: a SIGKILLed job leaves no folder of its own behind."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = session_python("local[2]", sys.executable)
+    assert first == session_python("local[*]", sys.executable)
+    folder = tmp_path / "cache" / "toymb"
+    assert Path(first).parent == folder and [p.name for p in folder.iterdir()] == [Path(first).name]
+    assert folder.stat().st_mode & 0o777 == 0o700
+    # A launcher that was tampered with or cut short is written again, whole.
+    Path(first).write_text("#!/bin/sh\nexit 3\n")
+    assert session_python("local[2]", sys.executable) == first
+    assert _probe(first, _spark_like_path())[0] == pyspark.__file__
+
+
+def test_an_unwritable_cache_folder_keeps_sparks_own_behaviour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not a folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert session_python("local[2]", sys.executable) == sys.executable
