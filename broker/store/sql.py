@@ -301,9 +301,23 @@ class Store:
 
     @staticmethod
     def row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
+        """The row of ``message`` as :meth:`AppendTransaction.write` inserts it."""
         headers = json.dumps(message.headers, separators=(",", ":")) if message.headers else "{}"
         return (topic, partition, offset, message.id, message.key, headers, message.content_type, message.body,
                 message.timestamp)
+
+    @staticmethod
+    def sqlite_row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
+        """:meth:`row` with the body as a ``bytearray`` (the same BLOB is stored).
+
+        Python's sqlite3 module binds ``str``, ``int``, ``float`` and ``bytearray`` values as they
+        are, but looks any other value, ``bytes`` too, up among its adapters first, one value at a
+        time (a key tuple, a dict lookup, two attribute lookups), with the GIL held: about 0.4 µs a
+        row in the single writer, where copying 256 bytes costs less than a tenth of that.
+        """
+        headers = json.dumps(message.headers, separators=(",", ":")) if message.headers else "{}"
+        return (topic, partition, offset, message.id, message.key, headers, message.content_type,
+                bytearray(message.body), message.timestamp)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -327,6 +341,8 @@ class Store:
 
 
 # The columns of a message row, in the order of :meth:`Store.row`.
+# How a transaction builds a message's row: (topic, partition, offset, message) -> row.
+RowOf = Callable[[str, int, int, NewMessage], tuple[Any, ...]]
 _MESSAGE_COLUMNS = 'topic, "partition", "offset", id, "key", headers, content_type, body, timestamp'
 
 
@@ -336,6 +352,8 @@ class AppendTransaction:
     def __init__(self, store: Store, conn: Connection) -> None:
         self._store = store
         self._conn = conn
+        # What the writer builds each row with (see Store.sqlite_row).
+        self.row: RowOf = Store.sqlite_row if store.dialect == "sqlite" else Store.row
         self._claims: dict[str, TopicClaim | None] = {}  # what lock_topics read
 
     def lock_topics(self, names: Sequence[str], lock_timeout_ms: int) -> None:
@@ -379,7 +397,7 @@ class AppendTransaction:
 
     def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
               given_ids: list[GivenId]) -> None:
-        """Insert message rows (from :meth:`Store.row`), index the publisher-given ids among them
+        """Insert message rows (from :attr:`row`), index the publisher-given ids among them
         (``(topic, id, partition, offset)``), and move the partitions' next offsets.
 
         It goes straight to the DBAPI (``COPY`` on PostgreSQL, ``executemany`` elsewhere): this is
