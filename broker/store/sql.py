@@ -308,16 +308,19 @@ class Store:
 
     @staticmethod
     def sqlite_row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
-        """:meth:`row` with the body as a ``bytearray`` (the same BLOB is stored).
+        """:meth:`row` with a small body as a ``bytearray`` (the same BLOB is stored).
 
         Python's sqlite3 module binds ``str``, ``int``, ``float`` and ``bytearray`` values as they
         are, but looks any other value, ``bytes`` too, up among its adapters first, one value at a
         time (a key tuple, a dict lookup, two attribute lookups), with the GIL held: about 0.4 µs a
-        row in the single writer, where copying 256 bytes costs less than a tenth of that.
+        row in the single writer, where copying 256 bytes costs 0.1 µs. A copy costs more than the
+        look-up past about 16 KiB, so only bodies up to :data:`COPIED_BODY_MAX` are copied (at most
+        that many bytes more per row of a commit).
         """
         headers = json.dumps(message.headers, separators=(",", ":")) if message.headers else "{}"
+        body = message.body
         return (topic, partition, offset, message.id, message.key, headers, message.content_type,
-                bytearray(message.body), message.timestamp)
+                bytearray(body) if len(body) <= COPIED_BODY_MAX else body, message.timestamp)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -340,6 +343,8 @@ class Store:
             return int(conn.execute(query).scalar_one())
 
 
+# Bodies up to this many bytes are bound to SQLite as a copy (see Store.sqlite_row).
+COPIED_BODY_MAX = 4096
 # The columns of a message row, in the order of :meth:`Store.row`.
 # How a transaction builds a message's row: (topic, partition, offset, message) -> row.
 RowOf = Callable[[str, int, int, NewMessage], tuple[Any, ...]]
