@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
 from .partitioning import key_partition, partition_for
-from .store import AppendTx, GivenId, MessageStore, Store, Topic
+from .store import AppendTx, GivenId, MessageStore, Topic
 from .store.errors import STORE_REFUSED_VALUE
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ class Appender:
         rows: list[tuple[Any, ...]] = []
         given_ids: list[GivenId] = []
         results: dict[int, list[Stored]] = {}
-        row = Store.row
+        row = txn.row
         for request in batch:
             name = request.topic.name
             nexts = next_by_topic[name]

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from ..envelope import MessageRow
 from .group_tables import StoredRow, Subscriber
-from .sql import GivenId, Topic, TopicClaim
+from .sql import GivenId, Store, Topic, TopicClaim
 
 SCHEME = "memory://"
 
@@ -106,6 +106,8 @@ class MemoryAppendTx:
     def existing_ids(self, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         known = self._data.ids
         return {i: known[(topic, i)] for i in ids if (topic, i) in known}
+
+    row = staticmethod(Store.row)
 
     def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
               given_ids: list[GivenId]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..envelope import MessageRow
+from ..envelope import MessageRow, NewMessage
 from .cluster import Beat, NodeTable
 from .group_tables import Subscriber
 from .journal import Range
@@ -30,6 +30,8 @@ class AppendTx(Protocol):
     def lock_topics(self, names: Sequence[str], lock_timeout_ms: int) -> None:
         """Lock every topic a commit writes, at once; :meth:`lock_topic` then answers from it."""
     def lock_topic(self, topic: str, lock_timeout_ms: int) -> TopicClaim | None: ...
+    def row(self, topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
+        """The row :meth:`write` takes for ``message`` at ``partition``/``offset`` of ``topic``."""
     def claim_topic(self, topic: str, owner: str, seen: TopicClaim) -> bool: ...
     def end_offsets(self, topic: str) -> dict[int, int]: ...
     def existing_ids(self, topic: str, ids: Sequence[str]) -> dict[str, tuple[int, int]]: ...

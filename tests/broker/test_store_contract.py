@@ -134,16 +134,19 @@ def test_text_and_bytes_that_bulk_load_formats_treat_specially_read_back_unchang
     message = NewMessage(f"id\t{tricky}", f"key {tricky}", {f"h\t{tricky}": tricky, "empty": ""},
                          "text/plain; charset=\"utf-8\"", body)
     null_key = NewMessage("plain", None, {}, "application/octet-stream", b"")
+    # Past the size up to which the SQLite writer binds a copy of the body (Store.sqlite_row).
+    large = NewMessage("large", None, {}, "application/octet-stream", bytes(range(256)) * 17)
     store, appender = _open(store_url)
     try:
         topic, _ = store.ensure_topic("tricky", 1)
-        stored = appender.append(topic, [message, null_key])
+        stored = appender.append(topic, [message, null_key, large])
         rows = store.read_range("tricky", 0, 0, 10)
-        assert [(r.offset, r.id, r.key) for r in rows] == [(0, message.id, message.key), (1, "plain", None)]
-        assert bytes(rows[0].body) == body and bytes(rows[1].body) == b""
+        assert [(r.offset, r.id, r.key) for r in rows] == [(0, message.id, message.key), (1, "plain", None),
+                                                           (2, "large", None)]
+        assert bytes(rows[0].body) == body and bytes(rows[1].body) == b"" and bytes(rows[2].body) == large.body
         assert render_row(rows[0])["headers"] == message.headers
         assert rows[0].content_type == message.content_type
-        assert [s.offset for s in stored] == [0, 1]
+        assert [s.offset for s in stored] == [0, 1, 2]
     finally:
         appender.stop()
         store.dispose()
