@@ -32,6 +32,9 @@ MAX_ROWS = 3000
 # the stream grew with every slow JVM start (about 60,000 messages for a 4-minute run, which the
 # final job and the two Kafka reads then went through) without proving more.
 BACKLOG = 3 * MAX_ROWS
+# Each look at the transactions is two list_offsets requests: every 10 ms, that was about 0.12 CPU-s
+# per second of this process and the shared Kafka broker together, for the whole test.
+POLL_S = 0.05
 
 
 def _open_transaction(admin: AdminClient, topic: str) -> bool:
@@ -105,14 +108,15 @@ def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, name
             deadline = time.monotonic() + 240
             # Kill in the middle of a transaction: the 1st, 2nd or 3rd one this incarnation opens
             # (the killed predecessor's stays open until this one fences it: wait for that first).
+            # Looked at every POLL_S: a transaction missed in between only means the kill waits for the next.
             for _transaction in range(rng.randint(1, 3)):
                 while _open_transaction(admin, dest):
                     assert time.monotonic() < deadline, f"a transaction stayed open:\n{job.log_tail()}"
-                    time.sleep(0.01)
+                    time.sleep(POLL_S)
                 while not _open_transaction(admin, dest):
                     assert job.proc is not None and job.proc.poll() is None, f"job exited:\n{job.log_tail()}"
                     assert time.monotonic() < deadline, f"no transaction began:\n{job.log_tail()}"
-                    time.sleep(0.01)
+                    time.sleep(POLL_S)
             job.kill()
             kills += 1
         publisher.enough.set()
