@@ -28,9 +28,10 @@ PACE_S = 2.0
 PARTITIONS = 4
 MAX_ROWS = 3000
 # The publisher holds back while the journal table is this far behind: three of the jobs' batches
-# (so three transactions at least) wait for each restarted job, and no more. Paced by time alone,
-# the stream grew with every slow JVM start (about 60,000 messages for a 4-minute run, which the
-# final job and the two Kafka reads then went through) without proving more.
+# (so three transactions at least) wait for each restarted job, and no more. Paced by time alone
+# (250 a second), the stream grew with every slow JVM start: about 50,000 messages in a 200 s run,
+# which the final job and the two Kafka reads then went through, without proving more. Held back,
+# 12,000-13,500 in the runs measured.
 BACKLOG = 3 * MAX_ROWS
 # Each look at the transactions is two list_offsets requests: every 10 ms, that was about 0.12 CPU-s
 # per second of this process and the shared Kafka broker together, for the whole test.
