@@ -7,7 +7,9 @@ PORT ?= 8080
 # Twice the 2 cores: many tests wait on sockets, brokers and JVM starts, and a fourth worker fills
 # those waits. With 4 the CPU was busy throughout the run (pytest 11 min 35 s on a warm machine).
 PYTEST_WORKERS ?= 4
-PYTEST_ARGS ?= -q -rs -p no:cacheprovider --dist loadgroup
+# --no-loadscope-reorder: xdist otherwise hands out the groups first, by their number of tests, and
+# only then the single tests; the suite's own order (tests/conftest.py: longest work first) holds.
+PYTEST_ARGS ?= -q -rs -p no:cacheprovider --dist loadgroup --no-loadscope-reorder
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 

@@ -168,7 +168,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     by its expected seconds (``tests.scheduling.LONG_POLES_S``, a group by the sum of its tests), so
     the long poles start at once and the run ends on short tests spread over every worker, not on a
     4-minute test that started late. xdist hands out work in this order (a group where its first
-    test is).
+    test is) when given ``--no-loadscope-reorder`` (the Makefile's PYTEST_ARGS); by default it
+    would put every group first, by its number of tests.
     The tests on the in-process SparkSession share one worker, so only one such JVM is started.
     """
     for item in items:

@@ -94,8 +94,10 @@ def test_a_to_b_exactly_once_through_two_job_kills_and_a_restart_of_b(
         wait_progressing(lambda: sent_by_this_job() >= 1200, progress, stall=STALL_S, what="1200 sent, job 2")
         job.kill()                                                    # kill 2
         job.start()
+        # Each look is a STOMP connection to B and two HTTP requests: twice a second, not 20 times
+        # (the kills above keep the default 50 ms, so that they land where their comments say).
         wait_progressing(lambda: exported(marker_queue, amq_b.url) >= TOTAL, progress, stall=STALL_S,
-                         what=f"all {TOTAL} exported to B")
+                         interval=0.5, what=f"all {TOTAL} exported to B")
     finally:
         job.kill()
         ingress.stop()

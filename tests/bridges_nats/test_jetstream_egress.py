@@ -158,8 +158,5 @@ def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
     assert amq_up()
     assert in_stream() == TOTAL
 
-    async def ns() -> list[str]:
-        return [(await js.get_msg(name, seq)).headers["n"] for seq in range(1, TOTAL + 1)]
-
-    in_js = Counter(nats_client.call(ns(), timeout=300))
+    in_js = Counter(m.headers["n"] for m in nats_client.stream_messages(name, subject, TOTAL))
     assert len(in_js) == TOTAL and set(in_js.values()) == {1}
