@@ -231,7 +231,14 @@ class KafkaSink(RouteSink):
         return sent
 
     def close(self) -> None:
-        self.producer.flush(10)
+        """Deliver what is queued (at most 10 s), then release the producer: an open producer keeps
+        reconnecting to its brokers (and logging each failure) for as long as it lives. A producer
+        in a fatal state (after a hard failure) cannot abort its transaction; it is released all the same."""
+        try:
+            self.producer.flush(10)
+            self.producer.close()
+        except KafkaException as exc:
+            log.info("closing the Kafka producer: %s", exc)
 
     # ------------------------------------------------------------------------- internals
     def _send(self, topic: str, key: str | bytes, value: bytes | None, headers: Headers | RecordHeaders | None,

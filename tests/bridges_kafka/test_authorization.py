@@ -114,22 +114,31 @@ def test_a_principal_without_write_on_the_destination_is_a_hard_stop_naming_it(
     from confluent_kafka import Producer
 
     probe = Producer({**sasl_kafka.sasl(JOB), "acks": "all", "message.timeout.ms": 5000})
-    wait_until(lambda: can_write(sasl_kafka, probe, allowed), timeout=60, what="the ACLs to reach the authorizer")
+    try:
+        wait_until(lambda: can_write(sasl_kafka, probe, allowed), timeout=60, what="the ACLs to reach the authorizer")
+    finally:
+        probe.close()   # else it reconnects to the stopped server for the rest of the run
     routes = tmp_path / "routes.properties"
     conf = "\n".join(f"kafka.{k}={v}" for k, v in sasl_kafka.sasl(JOB).items())
     routes.write_text(f"bridge.id=sasl-job\n{conf}\nrouting.markers.topic={markers}\n"
                       f"routes.open.predicate=msg.address==open\nroutes.open.dest.topic={allowed}\n"
                       f"routes.locked.predicate=msg.address==locked\nroutes.locked.dest.topic={dest}\n")
     sink = KafkaSink(load_routes(routes))
-    row = {"id": "m1", "topic": "open", "partition": 0, "offset": 0, "key": None, "headers": {},
-           "timestamp": int(time.time() * 1000), "content_type": "text/plain", "body": b"fine"}
-    assert sink.write_rows([row], 0) == 1                 # the principal works where it may write
-    with pytest.raises(HardFailure, match=f"not authorised to write Kafka topic {dest}"):
-        sink.write_rows([{**row, "id": "m2", "topic": "locked"}], 1)
+    try:
+        row = {"id": "m1", "topic": "open", "partition": 0, "offset": 0, "key": None, "headers": {},
+               "timestamp": int(time.time() * 1000), "content_type": "text/plain", "body": b"fine"}
+        assert sink.write_rows([row], 0) == 1                 # the principal works where it may write
+        with pytest.raises(HardFailure, match=f"not authorised to write Kafka topic {dest}"):
+            sink.write_rows([{**row, "id": "m2", "topic": "locked"}], 1)
+    finally:
+        sink.close()
     # The PLAINTEXT listener of the same server is as without the authorizer: anyone may write.
     from confluent_kafka import Producer
 
     plain = Producer({"bootstrap.servers": f"127.0.0.1:{sasl_kafka.port}", "acks": "all"})
     failures: list[Any] = []
-    plain.produce(dest, b"plaintext", on_delivery=lambda err, _msg: failures.append(err))
-    assert plain.flush(30) == 0 and failures == [None]
+    try:
+        plain.produce(dest, b"plaintext", on_delivery=lambda err, _msg: failures.append(err))
+        assert plain.flush(30) == 0 and failures == [None]
+    finally:
+        plain.close()
