@@ -40,6 +40,18 @@ class FenceCheck(Protocol):
 CommitListener = Callable[[str, set[int]], None]
 
 
+class Outcome(Protocol):
+    """What the writer tells a queued request's publisher, once: its coordinates, or why it failed.
+
+    A :class:`~concurrent.futures.Future` is one; so is a lighter object that only passes the word
+    on (:class:`broker.publish.PendingPublish`): a Future's lock and condition cost the writer more
+    per request than the request's own row.
+    """
+
+    def set_result(self, result: list[Stored], /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
 class Stored(NamedTuple):
     """Where a message is stored; ``duplicate`` when its id was stored before (these are the first coordinates)."""
 
@@ -68,7 +80,7 @@ class _Request:
     topic: Topic
     messages: list[NewMessage]
     partitions: list[int]
-    future: Future[list[Stored]]
+    future: Outcome
 
 
 _STOP = object()
@@ -148,11 +160,16 @@ class Appender:
 
     def submit(self, topic: Topic, messages: list[NewMessage]) -> Future[list[Stored]]:
         """Queue ``messages`` for ``topic``; the future resolves to their coordinates once committed."""
+        future: Future[list[Stored]] = Future()
+        self.enqueue(topic, messages, future)
+        return future
+
+    def enqueue(self, topic: Topic, messages: list[NewMessage], outcome: Outcome) -> None:
+        """Queue ``messages`` for ``topic``; the writer calls ``outcome.set_result`` with their
+        coordinates once committed (or ``set_exception``), once, on its own thread."""
         count = topic.partitions
         parts = [key_partition(m.key, count) if m.key is not None else partition_for(m.id, count) for m in messages]
-        future: Future[list[Stored]] = Future()
-        self._queue.put(_Request(topic, messages, parts, future))
-        return future
+        self._queue.put(_Request(topic, messages, parts, outcome))
 
     def _take(self, block: bool) -> Any:
         """The next item: what was carried over first, then the queue's."""

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -250,14 +251,48 @@ def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, s
     return _utf8(text, "body"), content_type or JSON_TYPE
 
 
+class _RandomPool:
+    """The system's random bytes, read ``IDS`` ids at a time, as hex, handed out once each.
+
+    A read of the random source is a system call, and a single publish makes one id: one read per
+    publish cost more than the rest of its id (and several times that on a loaded machine).
+    """
+
+    IDS = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hex = ""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)   # a child must never hand out the parent's
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._hex, self._at = "", 0
+
+    def take(self, count: int) -> tuple[str, int]:
+        """Hex digits holding ``count`` unused ids of 32 digits, from the returned index on."""
+        size = 32 * count
+        if count > self.IDS // 4:
+            return os.urandom(16 * count).hex(), 0   # a big batch: a read of its own
+        with self._lock:
+            if self._at + size > len(self._hex):
+                self._hex, self._at = os.urandom(16 * self.IDS).hex(), 0
+            at = self._at
+            self._at = at + size
+            return self._hex, at
+
+
+_random_pool = _RandomPool()
+
+
 def new_ids(count: int) -> list[str]:
     """``count`` fresh message ids: 128 random bits each, as a UUID4 has (less its 6 fixed ones).
 
-    One read of the system's random source for a whole batch: a read per message cost more than
-    the rest of its id.
+    From the system's random source, read for many ids at once (:class:`_RandomPool`).
     """
-    pool = os.urandom(16 * count).hex()
-    return [pool[i : i + 32] for i in range(0, 32 * count, 32)]
+    pool, at = _random_pool.take(count)
+    return [pool[i : i + 32] for i in range(at, at + 32 * count, 32)]
 
 
 def parse_message(obj: Any, limits: Limits, new_id: str | None = None, now_ms: int | None = None) -> NewMessage:

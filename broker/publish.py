@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from driver.names import NAME_PATTERN, is_name
 
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .topics import Topics
 
+log = logging.getLogger(__name__)
+
+
 def check_name(name: Any, what: str = "topic") -> str:
     """A topic or group name, or BadRequest saying what is allowed."""
     if not is_name(name):
@@ -26,12 +30,37 @@ def check_name(name: Any, what: str = "topic") -> str:
     return name
 
 
-class PendingPublish(NamedTuple):
-    """A publish handed to the writer: :meth:`Publisher.finish` it when ``future`` resolves."""
+class PendingPublish:
+    """A publish handed to the writer without a thread waiting for it.
 
-    started: float
-    is_batch: bool
-    future: Future[list[Stored]]
+    The writer tells it the outcome (it is the writer's :class:`~broker.appender.Outcome`), and it
+    calls ``then(self)`` on the writer's thread; :meth:`Publisher.finish` makes the answer from it.
+    """
+
+    __slots__ = ("error", "is_batch", "started", "stored", "then")
+
+    def __init__(self, started: float, is_batch: bool, then: Callable[[PendingPublish], None]) -> None:
+        self.started = started
+        self.is_batch = is_batch
+        self.then = then
+        self.stored: list[Stored] | None = None
+        self.error: BaseException | None = None
+
+    def set_result(self, stored: list[Stored], /) -> None:
+        self.stored = stored
+        self._done()
+
+    def set_exception(self, error: BaseException, /) -> None:
+        self.error = error
+        self._done()
+
+    def _done(self) -> None:
+        # On the writer's thread, between the answers of one commit: a failing ``then`` must not
+        # keep the others from theirs (a Future's callbacks are guarded the same way).
+        try:
+            self.then(self)
+        except Exception:
+            log.exception("answering a committed publish failed")
 
 
 class Publisher:
@@ -115,30 +144,39 @@ class Publisher:
         messages, is_batch = self.read(raw)
         return self.answer(started, is_batch, self.append(topic_name, messages))
 
-    def begin(self, topic_name: str, raw: bytes) -> PendingPublish:
-        """:meth:`publish_body` without waiting: validate and queue for the writer; :meth:`answer`
-        the stored coordinates once the future resolves. Only for a topic :meth:`answers_inline`."""
+    def begin(self, topic_name: str, raw: bytes, then: Callable[[PendingPublish], None]) -> None:
+        """:meth:`publish_body` without waiting: validate and queue for the writer, which calls
+        ``then(pending)`` on its thread once the publish committed or failed; :meth:`finish` makes
+        the answer. Only for a topic :meth:`answers_inline`.
+
+        Raises:
+            BrokerError: the body is refused (nothing was queued).
+        """
         started = time.perf_counter()
         messages, is_batch = self.read(raw)
-        topic = self.topics.get(topic_name)
-        return PendingPublish(started, is_batch, self.appender.submit(topic, messages))
+        self.appender.enqueue(self.topics.get(topic_name), messages, PendingPublish(started, is_batch, then))
 
     def answers_inline(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` can be taken without blocking: the topic is known
         (no SQL to create it) and has no enrichers (no user code)."""
         return topic_name not in self.enrichers and self.topics.cached(topic_name)
 
-    def finish(self, pending: PendingPublish, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
-        """The answer of a publish :meth:`begin` queued, once stored."""
-        self.count(stored)
-        return self.answer(pending.started, pending.is_batch, stored)
+    def finish(self, pending: PendingPublish) -> tuple[int, dict[str, Any]]:
+        """The answer of a publish :meth:`begin` queued, once the writer told its outcome.
+
+        Raises:
+            BaseException: what the writer failed with (the store refused or is down).
+        """
+        if pending.error is not None:
+            raise pending.error
+        assert pending.stored is not None, "finish() before the writer told the outcome"
+        self.count(pending.stored)
+        return self.answer(pending.started, pending.is_batch, pending.stored)
 
     def answer(self, started: float, is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of a stored publish's answer; counts the request."""
-        self.metrics.publish_latency.observe(time.perf_counter() - started)
-        self.metrics.publish_requests.labels("ok").inc()
-        new = sum(1 for s in stored if not s.duplicate)
-        status = 201 if new else 200
+        self.metrics.publishes.answered(time.perf_counter() - started)
+        status = 200 if all(s.duplicate for s in stored) else 201
         if is_batch:
             return status, {"messages": [s.answer() for s in stored]}
         return status, stored[0].answer()
@@ -156,8 +194,5 @@ class Publisher:
 
     def count(self, stored: list[Stored]) -> None:
         """Count stored messages: new ones, and duplicates of ids stored before."""
-        metrics = self.metrics
         new = sum(1 for s in stored if not s.duplicate)
-        metrics.published.inc(new)
-        if new < len(stored):
-            metrics.duplicates.inc(len(stored) - new)
+        self.metrics.publishes.stored(new, len(stored) - new)

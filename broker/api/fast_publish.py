@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from werkzeug.datastructures import EnvironHeaders
@@ -30,7 +29,6 @@ from .answers import error_answer
 from .fast_json import answer_bytes
 
 if TYPE_CHECKING:
-    from ..appender import Stored
     from ..node import Node
     from ..publish import PendingPublish
     from ..security import Authorizer
@@ -96,25 +94,21 @@ class PublishFastPath:
         if (topic is None or length is None or length > INLINE_MAX_BYTES
                 or not self.node.publisher.answers_inline(topic) or not self._allowed(environ, topic)):
             return False
-        publisher = self.node.publisher
         try:
-            pending = publisher.begin(topic, self._body(environ, length))
+            self.node.publisher.begin(topic, self._body(environ, length), functools.partial(self._committed, respond))
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
             refusal = self._answer(*error_answer(exc, self.max_request))
             respond(lambda: refusal)
-            return True
-
-        def committed(future: Future[list[Stored]]) -> None:
-            # Run by the writer: the answer is made later, on the loop, so that the writer's next
-            # commit does not wait for every answer of this one to be made.
-            respond(functools.partial(self._committed_answer, pending, future))
-
-        pending.future.add_done_callback(committed)
         return True
 
-    def _committed_answer(self, pending: PendingPublish, future: Future[list[Stored]]) -> Answer:
+    def _committed(self, respond: Respond, pending: PendingPublish) -> None:
+        # Run by the writer: the answer is made later, on the loop, so that the writer's next
+        # commit does not wait for every answer of this one to be made.
+        respond(functools.partial(self._committed_answer, pending))
+
+    def _committed_answer(self, pending: PendingPublish) -> Answer:
         try:
-            status, answer = self.node.publisher.finish(pending, future.result())
+            status, answer = self.node.publisher.finish(pending)
             headers: dict[str, str] = {}
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
             status, answer, headers = error_answer(exc, self.max_request)

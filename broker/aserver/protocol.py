@@ -13,12 +13,12 @@ import functools
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 
 from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, server_fault, too_large
-from .request import Request
+from .request import Request, base_environ
 from .wsgi import Outlet
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class Connection(asyncio.Protocol):
         self.last_activity = time.monotonic()
         self.buffered = 0             # the transport's outgoing buffer at the last sweep (progress)
         self.outlet = Outlet(self)
+        self.base_environ: dict[str, Any] = {}   # what every request's environ holds (connection_made)
 
     # --- asyncio's callbacks ---------------------------------------------------------------------
 
@@ -67,6 +68,8 @@ class Connection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.peer = (str(peer[0]), int(peer[1]))
         transport.set_write_buffer_limits(high=WRITE_HIGH)
+        server = self.server
+        self.base_environ = base_environ(self.peer, server.server_name, server.port_text, server.ident)
         if not self.server.admit(self):
             self.closed = True
             transport.write(self.server.busy_refusal())
@@ -233,7 +236,7 @@ class Connection(asyncio.Protocol):
         self.serving = True
         if isinstance(item, Request):
             try:
-                environ = item.environ(self.peer, self.server.server_name, self.server.port_text, self.server.ident)
+                environ = item.environ(self.base_environ)
             except Refusal as refusal:
                 item.close()
                 self.waiting[0] = item = refusal

@@ -77,8 +77,9 @@ class Request:
             self.spool = None
         self.body = b""
 
-    def environ(self, peer: tuple[str, int], server_name: str, server_port: str, ident: str) -> dict[str, Any]:
-        """The WSGI environ of this request, as waitress builds it.
+    def environ(self, base: dict[str, Any]) -> dict[str, Any]:
+        """The WSGI environ of this request, as waitress builds it, on a copy of its connection's
+        :func:`base_environ`.
 
         Raises:
             Refusal: the request target is not a URL (a 400).
@@ -90,40 +91,68 @@ class Request:
         path = unquote_to_bytes(parsed.path or b"").decode("latin-1")
         if path.startswith("//"):
             path = "/" + path.lstrip("/")
-        length = self.body_bytes if self.chunked else None
-        environ: dict[str, Any] = {
-            "REQUEST_METHOD": self.method,
-            "SCRIPT_NAME": "",
-            "PATH_INFO": path,
-            "QUERY_STRING": (parsed.query or b"").decode("latin-1"),
-            "REQUEST_URI": self.url.decode("latin-1"),
-            "SERVER_NAME": server_name,
-            "SERVER_PORT": server_port,
-            "SERVER_PROTOCOL": f"HTTP/{self.version}",
-            "SERVER_SOFTWARE": ident,
-            "REMOTE_ADDR": peer[0],
-            "REMOTE_HOST": peer[0],
-            "REMOTE_PORT": str(peer[1]),
-            "wsgi.version": (1, 0),
-            "wsgi.url_scheme": "http",
-            "wsgi.input": self.body_stream(),
-            "wsgi.errors": sys.stderr,
-            "wsgi.multithread": True,
-            "wsgi.multiprocess": False,
-            "wsgi.run_once": False,
-            "wsgi.input_terminated": True,
-        }
+        environ = base.copy()
+        environ["REQUEST_METHOD"] = self.method
+        environ["PATH_INFO"] = path
+        environ["QUERY_STRING"] = (parsed.query or b"").decode("latin-1")
+        environ["REQUEST_URI"] = self.url.decode("latin-1")
+        environ["SERVER_PROTOCOL"] = "HTTP/1.1" if self.version == "1.1" else f"HTTP/{self.version}"
+        environ["wsgi.input"] = self.body_stream()
         for name, value in self.headers:
-            if b"_" in name:
-                continue  # X_Auth must not pass for X-Auth (waitress drops them too)
-            key = name.decode("latin-1").upper().replace("-", "_")
-            if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-                key = "HTTP_" + key
-                if key in PROXY_HEADERS:
-                    continue
+            key = _HEADER_KEYS.get(name)
+            if key is None:
+                key = _remember_header_key(name)
+            if not key:
+                continue
             text = value.strip(b" \t").decode("latin-1")
             environ[key] = f"{environ[key]}, {text}" if key in environ else text
-        if length is not None:
+        if self.chunked:
             environ.pop("HTTP_TRANSFER_ENCODING", None)  # the body is whole now, its length known
-            environ["CONTENT_LENGTH"] = str(length)
+            environ["CONTENT_LENGTH"] = str(self.body_bytes)
         return environ
+
+
+def base_environ(peer: tuple[str, int], server_name: str, server_port: str, ident: str) -> dict[str, Any]:
+    """What the WSGI environ of every request of a connection holds alike (:meth:`Request.environ` copies it)."""
+    return {
+        "SCRIPT_NAME": "",
+        "SERVER_NAME": server_name,
+        "SERVER_PORT": server_port,
+        "SERVER_SOFTWARE": ident,
+        "REMOTE_ADDR": peer[0],
+        "REMOTE_HOST": peer[0],
+        "REMOTE_PORT": str(peer[1]),
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "wsgi.input_terminated": True,
+    }
+
+
+# A header's environ key, by its name as sent ("": the header is dropped). Clients send the same
+# few names again and again; past HEADER_KEYS_MAX names (a client inventing names) none is added,
+# nor a name longer than HEADER_KEY_BYTES: at most about 64 KiB, whatever clients send.
+HEADER_KEYS_MAX = 1024
+HEADER_KEY_BYTES = 64
+_HEADER_KEYS: dict[bytes, str] = {}
+
+
+def header_key(name: bytes) -> str:
+    """The environ key of a header named ``name``, or "" when the header is dropped."""
+    if b"_" in name:
+        return ""  # X_Auth must not pass for X-Auth (waitress drops them too)
+    key = name.decode("latin-1").upper().replace("-", "_")
+    if key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        return key
+    key = "HTTP_" + key
+    return "" if key in PROXY_HEADERS else key
+
+
+def _remember_header_key(name: bytes) -> str:
+    key = header_key(name)
+    if len(name) <= HEADER_KEY_BYTES and len(_HEADER_KEYS) < HEADER_KEYS_MAX:
+        _HEADER_KEYS[name] = key
+    return key
