@@ -5,9 +5,10 @@ with Spark's JDBC reader (:mod:`.batch_rows`). None of those jars is part of PyS
 ``services/spark.sh install`` fetches exactly Delta's own jars and the drivers of SQLite,
 PostgreSQL and MariaDB (Spark, Scala, Hadoop and Parquet come with PySpark) from Maven Central,
 and compiles the journal's own Java functions (``journal_spark/java``) against PySpark's jars into
-``toymb-journal-functions.jar``, all into ``<repo>/.services/spark/delta-<version>-jdbc-<tag>-java-<tag>/``, like Kafka's. The journal asks that
-script for the folder, which fetches the jars the first time, so a first run needs nothing by
-hand; ``TOYMB_DELTA_JARS`` names another folder (an installed package has no ``services/``).
+``toymb-journal-functions.jar``, all into ``<repo>/.services/spark/delta-<version>-jdbc-<tag>-java-<tag>/``,
+like Kafka's. The journal asks that script for the folder, which fetches and builds the jars the
+first time, so a first run needs nothing by hand; ``TOYMB_DELTA_JARS`` names another folder (an
+installed package has no ``services/``; that folder then needs ``toymb-journal-functions.jar`` too).
 """
 
 from __future__ import annotations
