@@ -56,14 +56,16 @@ RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
  && /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
 # The journal table's Delta Lake jars and the stores' JDBC drivers, fetched from Maven Central by
-# the project's own script;
+# the project's own script, which also compiles the journal's Java functions against PySpark's jars
+# (hence this stage starts from the journal's dependencies);
 # Maven and its JDK stay in this stage.
-FROM runtime AS delta-jars
+FROM deps-journal AS delta-jars
 USER root
-RUN apt-get update -q && apt-get install -y -q --no-install-recommends maven bash \
+RUN apt-get update -q && apt-get install -y -q --no-install-recommends maven openjdk-17-jdk-headless bash \
  && rm -rf /var/lib/apt/lists/*
 COPY services/lib.sh services/spark.sh /src/services/
-RUN TOYMB_SERVICES_DIR=/opt/toymb-services bash /src/services/spark.sh install \
+COPY journal_spark/java /src/journal_spark/java
+RUN TOYMB_SERVICES_DIR=/opt/toymb-services TOYMB_PYTHON=/opt/toymb/bin/python bash /src/services/spark.sh install \
  && mv /opt/toymb-services/spark/delta-* /opt/delta-jars
 
 # The journal: Java for Spark, the same virtualenv with the journal extras.

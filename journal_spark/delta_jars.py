@@ -3,10 +3,12 @@
 The journal's table is Delta Lake (see the README for why), and it reads each micro-batch's rows
 with Spark's JDBC reader (:mod:`.batch_rows`). None of those jars is part of PySpark:
 ``services/spark.sh install`` fetches exactly Delta's own jars and the drivers of SQLite,
-PostgreSQL and MariaDB (Spark, Scala, Hadoop and Parquet come with PySpark) from Maven Central
-into ``<repo>/.services/spark/delta-<version>-jdbc-<tag>/``, like Kafka's. The journal asks that
-script for the folder, which fetches the jars the first time, so a first run needs nothing by
-hand; ``TOYMB_DELTA_JARS`` names another folder (an installed package has no ``services/``).
+PostgreSQL and MariaDB (Spark, Scala, Hadoop and Parquet come with PySpark) from Maven Central,
+and compiles the journal's own Java functions (``journal_spark/java``) against PySpark's jars into
+``toymb-journal-functions.jar``, all into ``<repo>/.services/spark/delta-<version>-jdbc-<tag>-java-<tag>/``,
+like Kafka's. The journal asks that script for the folder, which fetches and builds the jars the
+first time, so a first run needs nothing by hand; ``TOYMB_DELTA_JARS`` names another folder (an
+installed package has no ``services/``; that folder then needs ``toymb-journal-functions.jar`` too).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from .errors import JournalError
 DELTA_VERSION = "4.4.0"          # io.delta:delta-spark_4.2_2.13, for the PySpark 4.2 pyproject.toml pins
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "services" / "spark.sh"
-# A jar of each of these must be there: the table's format, and the store drivers' (one per store).
-REQUIRED = ("delta-spark", "delta-storage", "sqlite-jdbc", "postgresql", "mariadb-java-client")
+# A jar of each of these must be there: the table's format, the store drivers' (one per store), and
+# the journal's own Java functions (journal_spark/java, compiled by the script: see .schema).
+REQUIRED = ("delta-spark", "delta-storage", "sqlite-jdbc", "postgresql", "mariadb-java-client",
+            "toymb-journal-functions")
 
 
 class DeltaJarsMissing(JournalError):

@@ -87,11 +87,13 @@ def _with_task_retries(master: str) -> str:
 
 
 def build_session(master: str, app_name: str = "toymb-journal") -> Any:
-    """A quiet SparkSession (WARN logs, no UI, UTC dates) with the ``toymb`` source registered."""
+    """A quiet SparkSession (WARN logs, no UI, UTC dates) with the ``toymb`` source and the
+    journal's SQL functions (:func:`.schema.register_functions`) registered."""
     check_java()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from .schema import register_functions
     from .source import StoreDataSource
 
     builder = (SparkSession.builder.master(_with_task_retries(master)).appName(app_name)
@@ -123,6 +125,7 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")  # "falling behind"
     spark.dataSource.register(StoreDataSource)
+    register_functions(spark)
     return spark
 
 

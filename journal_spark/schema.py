@@ -71,8 +71,23 @@ PARTITION_COLUMNS: tuple[str, ...] = ("topic", "date")
 
 
 # ``headers`` (JSON text, or its UTF-8 bytes) as a map; none or malformed JSON gives an empty map.
-HEADERS_MAP_SQL = (f"coalesce(from_json(CAST(`headers` AS STRING), '{HEADERS_TYPE.simpleString()}'), "
-                   f"CAST(map() AS {HEADERS_TYPE.simpleString()}))")
+# ``toymb_header_map`` is the journal's Java function (journal_spark/java/toymb/journal/HeaderMap.java,
+# registered by :func:`register_functions`): it gives what
+# ``coalesce(from_json(CAST(headers AS STRING), 'map<string,string>'), map())`` gave, parsing the
+# bytes in place where from_json builds a reader and a UTF-8 decoder per row (measured, task CPU per
+# row: the bench's two headers 1.30 -> 0.46 µs; the journal's tasks 9.3 -> 7.4 µs; README).
+HEADER_MAP_FUNCTION = "toymb_header_map"
+HEADER_MAP_CLASS = "toymb.journal.HeaderMap"
+HEADERS_MAP_SQL = f"{HEADER_MAP_FUNCTION}(CAST(`headers` AS BINARY))"
+
+
+def register_functions(spark: Any) -> None:
+    """Register the journal's Java SQL functions (``toymb_header_map``) in ``spark``.
+
+    Their jar is one of the journal's jars (:func:`journal_spark.delta_jars.journal_jars`), which
+    the session must have been built with.
+    """
+    spark.udf.registerJavaFunction(HEADER_MAP_FUNCTION, HEADER_MAP_CLASS, HEADERS_TYPE)
 
 
 def with_header_map(df: Any) -> Any:

@@ -24,7 +24,11 @@ DELTA_ARTIFACT="delta-spark_4.2_2.13"
 # the drivers of the three stores. Another list names another jar folder, so checkouts fetch again.
 JDBC_DRIVERS="${TOYMB_JDBC_DRIVERS:-org.xerial:sqlite-jdbc:3.47.1.0 org.postgresql:postgresql:42.7.4 org.mariadb.jdbc:mariadb-java-client:3.5.1}"
 JDBC_TAG="$(printf '%s' "$JDBC_DRIVERS" | cksum | cut -d' ' -f1)"
-JARS_DIR="$STATE_DIR/delta-$DELTA_VERSION-jdbc-$JDBC_TAG"
+# The journal's own Java functions (journal_spark/java, e.g. toymb_header_map), compiled here against
+# PySpark's jars into toymb-journal-functions.jar: a change to their source names another folder.
+JAVA_SRC="$REPO_ROOT/journal_spark/java"
+JAVA_TAG="$(cd "$JAVA_SRC" && find . -name '*.java' | LC_ALL=C sort | xargs cat | cksum | cut -d' ' -f1)"
+JARS_DIR="$STATE_DIR/delta-$DELTA_VERSION-jdbc-$JDBC_TAG-java-$JAVA_TAG"
 JARS_MARKER="$JARS_DIR/.complete"
 
 SPARK_HOST=127.0.0.1
@@ -83,9 +87,28 @@ EOF
         fi
     done
     [[ -f "$JARS_DIR.tmp/$DELTA_ARTIFACT-$DELTA_VERSION.jar" ]] || die "Delta jar missing in $JARS_DIR.tmp"
+    build_functions "$JARS_DIR.tmp"
     rm -rf "$JARS_DIR"
     mv "$JARS_DIR.tmp" "$JARS_DIR"
     touch "$JARS_MARKER"
+}
+
+# build_functions DIR: compile journal_spark/java against PySpark's own jars (Spark's Java UDF
+# interfaces, its Jackson) into DIR/toymb-journal-functions.jar, for Java 17 like Spark 4.
+build_functions() {
+    command -v javac >/dev/null && command -v jar >/dev/null || apt_ensure openjdk-17-jdk-headless
+    local classes="$1/.classes" spark_jars
+    spark_jars="$(spark_home)/jars"
+    rm -rf "$classes"
+    mkdir -p "$classes"
+    find "$JAVA_SRC" -name '*.java' | LC_ALL=C sort >"$classes.sources"
+    if ! javac --release 17 -Xlint:all,-path -cp "$spark_jars/*" -d "$classes" @"$classes.sources" \
+        >"$STATE_DIR/javac.log" 2>&1; then
+        tail_log "$STATE_DIR/javac.log"
+        die "javac of $JAVA_SRC failed"
+    fi
+    jar cf "$1/toymb-journal-functions.jar" -C "$classes" . || die "jar of $JAVA_SRC failed"
+    rm -rf "$classes" "$classes.sources"
 }
 
 # ---------------------------------------------------------------- cluster ---
