@@ -134,15 +134,21 @@ def rss_over_a_million(url: str, node_pid: int, rate: float) -> dict[str, Any]:
             "million_rss_mb_last_tenth": max(samples[-tenth:]), "million_rss_mb_peak": max(samples)}
 
 
+def _node_samples(node: BenchNode) -> dict[str, float]:
+    """The node's metrics now: each sample's value by its name and labels, as /metrics writes them."""
+    samples = {}
+    for line in requests.get(f"{node.url}/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
 def _writer_counters(node: BenchNode) -> tuple[float, float, float]:
     """The node's CPU seconds so far, and its group commits and the rows they wrote (its metrics)."""
     cpu = cpu_seconds(node.pid)
-    counts = {"count": 0.0, "sum": 0.0}
-    for line in requests.get(f"{node.url}/metrics", timeout=10).text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("toymb_group_commit_rows_count", "toymb_group_commit_rows_sum"):
-            counts[name.rsplit("_", 1)[1]] = float(value)
-    return cpu, counts["count"], counts["sum"]
+    samples = _node_samples(node)
+    return cpu, samples.get("toymb_group_commit_rows_count", 0.0), samples.get("toymb_group_commit_rows_sum", 0.0)
 
 
 def measured_batched_publish(node: BenchNode, url: str, seconds: float) -> dict[str, float]:
@@ -158,10 +164,7 @@ def measured_batched_publish(node: BenchNode, url: str, seconds: float) -> dict[
 
 def _publish_requests(node: BenchNode) -> float:
     """The publish requests the node answered so far (its ``toymb_publish_requests_total`` metric)."""
-    for line in requests.get(f"{node.url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("toymb_publish_requests_total{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return _node_samples(node).get('toymb_publish_requests_total{outcome="ok"}', 0.0)
 
 
 def measured_single_publish(node: BenchNode, url: str, body: str, seconds: float) -> dict[str, float]:
