@@ -345,9 +345,9 @@ class Store:
 
 # Bodies up to this many bytes are bound to SQLite as a copy (see Store.sqlite_row).
 COPIED_BODY_MAX = 4096
-# The columns of a message row, in the order of :meth:`Store.row`.
 # How a transaction builds a message's row: (topic, partition, offset, message) -> row.
 RowOf = Callable[[str, int, int, NewMessage], tuple[Any, ...]]
+# The columns of a message row, in the order of :meth:`Store.row`.
 _MESSAGE_COLUMNS = 'topic, "partition", "offset", id, "key", headers, content_type, body, timestamp'
 
 
