@@ -75,31 +75,44 @@ class Compare:
     value: str
 
     get: Callable[[Any], str | None] = field(init=False, repr=False, compare=False)
+    #: ``self(row)`` as one closure: filters and routes call it for every message.
+    test: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "get", field_getter(self.operand))
+        object.__setattr__(self, "test", _compare_test(self.get, self.op, self.value))
 
     def __call__(self, row: Any) -> bool:
-        found = self.get(row)
-        if self.op == "^=":
-            return found is not None and found.startswith(self.value)
-        equal = found == self.value
-        return equal if self.op == "==" else not equal
+        return self.test(row)
 
     def on_address(self, address: str) -> bool | None:
         """The value for every message of broker topic ``address``, or None if it depends on more."""
         return self({"topic": address}) if self.operand == "msg.address" else None
 
 
+def _compare_test(get: Callable[[Any], str | None], op: str, value: str) -> Callable[[Any], bool]:
+    """A comparison's test as a closure per operator: no dispatch on ``op`` per message."""
+    if op == "^=":
+        def prefix(row: Any) -> bool:
+            found = get(row)
+            return found is not None and found.startswith(value)
+        return prefix
+    if op == "==":
+        return lambda row: get(row) == value
+    return lambda row: get(row) != value
+
+
 @dataclass(frozen=True)
 class AnyOf:
     parts: tuple[Predicate, ...]
 
+    test: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "test", _any_test(tuple(part.test for part in self.parts)))
+
     def __call__(self, row: Any) -> bool:
-        for part in self.parts:   # a loop, not any() over a generator: filters run per message
-            if part(row):
-                return True
-        return False
+        return self.test(row)
 
     def on_address(self, address: str) -> bool | None:
         """See :meth:`Compare.on_address`: true if a part is, false if every part is."""
@@ -111,16 +124,51 @@ class AnyOf:
 class AllOf:
     parts: tuple[Predicate, ...]
 
+    test: Callable[[Any], bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "test", _all_test(tuple(part.test for part in self.parts)))
+
     def __call__(self, row: Any) -> bool:
-        for part in self.parts:
-            if not part(row):
-                return False
-        return True
+        return self.test(row)
 
     def on_address(self, address: str) -> bool | None:
         """See :meth:`Compare.on_address`: false if a part is, true if every part is."""
         values = [part.on_address(address) for part in self.parts]
         return False if False in values else (None if None in values else True)
+
+
+# Two and three parts are the usual filters and routes: `a(row) or b(row)` costs less than a loop.
+def _any_test(tests: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]:
+    if len(tests) == 2:
+        a, b = tests
+        return lambda row: a(row) or b(row)
+    if len(tests) == 3:
+        a, b, c = tests
+        return lambda row: a(row) or b(row) or c(row)
+
+    def any_of(row: Any) -> bool:
+        for test in tests:
+            if test(row):
+                return True
+        return False
+    return any_of
+
+
+def _all_test(tests: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]:
+    if len(tests) == 2:
+        a, b = tests
+        return lambda row: a(row) and b(row)
+    if len(tests) == 3:
+        a, b, c = tests
+        return lambda row: a(row) and b(row) and c(row)
+
+    def all_of(row: Any) -> bool:
+        for test in tests:
+            if not test(row):
+                return False
+        return True
+    return all_of
 
 
 Predicate = Compare | AnyOf | AllOf

@@ -74,7 +74,7 @@ class GroupPolicy:
 
     @classmethod
     def build(cls, filter_text: str | None, dead_letter: DeadLetterPolicy | None) -> GroupPolicy:
-        match = None if filter_text is None else parse_predicate(filter_text)
+        match = None if filter_text is None else parse_predicate(filter_text).test
         return cls(filter_text, dead_letter, match)
 
     @classmethod
