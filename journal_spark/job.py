@@ -45,6 +45,9 @@ class Sink(Protocol):
 
     def write_batch(self, df: Any, batch_id: int) -> None: ...
 
+    def close(self) -> None:
+        """Release the sink's clients once its query has stopped."""
+
 
 def check_java() -> str:
     """The java executable Spark will use, or :class:`JavaMissing` saying how to fix it."""
@@ -330,7 +333,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         log.info("journal stopped (%s while stopping)", type(exc).__name__)
         return 0
     finally:
-        _shutdown(queries, spark)
+        _shutdown(queries, sinks, spark)
         if held:
             lease.release()
         lease.dispose()
@@ -374,13 +377,18 @@ def _halt_now(spark: Any, why: str) -> None:
     os._exit(75)   # EX_TEMPFAIL: a supervisor may start it again, as a standby
 
 
-def _shutdown(queries: list[Any], spark: Any) -> None:
-    """Stop the queries, then Spark; quietly, since the JVM may be gone."""
+def _shutdown(queries: list[Any], sinks: list[Sink], spark: Any) -> None:
+    """Stop the queries, then close their sinks, then Spark; quietly, since the JVM may be gone."""
     for query in queries:
         try:
             query.stop()
         except Exception as exc:  # noqa: BLE001 - stop the others anyway
             log.warning("stopping a query: %s", (str(exc).splitlines() or [type(exc).__name__])[0][:200])
+    for sink in sinks:   # no batch runs now: a producer left open would keep reconnecting
+        try:
+            sink.close()
+        except Exception as exc:  # noqa: BLE001 - close the others anyway
+            log.warning("closing the %s sink: %s", sink.name, (str(exc).splitlines() or [type(exc).__name__])[0][:200])
     try:
         spark.stop()
     except Exception as exc:  # noqa: BLE001

@@ -160,6 +160,9 @@ class DeltaSink:
         version = table.transaction_version(self.app_id)
         return None if version is None else int(version)
 
+    def close(self) -> None:
+        """Nothing to release: the table is written through Spark, which the job stops."""
+
     def write_batch(self, df: Any, batch_id: int) -> None:
         """foreachBatch callback: make ``df`` durable in the table once for ``batch_id``.
 

@@ -233,12 +233,14 @@ class KafkaSink(RouteSink):
     def close(self) -> None:
         """Deliver what is queued (at most 10 s), then release the producer: an open producer keeps
         reconnecting to its brokers (and logging each failure) for as long as it lives. A producer
-        in a fatal state (after a hard failure) cannot abort its transaction; it is released all the same."""
+        in a fatal state (after a hard failure) cannot abort its transaction; it is released all the same.
+        The admin client (it has no ``close``) is released with the last reference to it."""
         try:
             self.producer.flush(10)
             self.producer.close()
         except KafkaException as exc:
             log.info("closing the Kafka producer: %s", exc)
+        del self.admin
 
     # ------------------------------------------------------------------------- internals
     def _send(self, topic: str, key: str | bytes, value: bytes | None, headers: Headers | RecordHeaders | None,

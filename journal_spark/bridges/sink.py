@@ -41,6 +41,9 @@ class RouteSink:
         self.telemetry = telemetry or BridgeTelemetry(routes.bridge_id)
         self._skips_logged: set[tuple[str, str]] = set()
 
+    def close(self) -> None:
+        """Release the sink's clients (nothing here; sinks that keep a connection say how)."""
+
     def skip_reason(self, row: Any, route: Route, system: str) -> str | None:
         """Why ``row`` is not bridged to ``system`` by ``route``, or None to bridge it.
 

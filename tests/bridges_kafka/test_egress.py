@@ -247,3 +247,59 @@ routes.only-jms.dest.jms.queue=q
     assert sink.write_rows(rows, 0) == 2
     assert sorted(r.key().decode() for r in consume_all(dest, expect=2)) == ["shop-0-1", "shop-0-2"]
     assert sink.done == {"shop": {0: 4}, "queue-only": {0: 2}}     # every row is accounted for
+
+
+_SOCKETS_TO_KAFKA = """
+import os, sys, time
+from pathlib import Path
+from journal_spark.bridges.kafka import KafkaSink
+from journal_spark.routes import load_routes
+
+port = int(sys.argv[2])
+
+def connections() -> int:
+    # This process's TCP sockets whose remote end is Kafka's port (fds may close while we look).
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                count += 1
+    return count
+
+sink = KafkaSink(load_routes(Path(sys.argv[1])))
+sink.write_rows([{"id": "shop-0-0", "topic": "shop", "partition": 0, "offset": 0, "key": None, "headers": {},
+                  "timestamp": int(time.time() * 1000), "content_type": "text/plain", "body": b"b"}], 0)
+print(connections())
+sink.close()
+time.sleep(1.0)   # what a producer still alive would use to reconnect
+print(connections())
+"""
+
+
+def test_close_releases_the_producers_connections(tmp_path: Path, names: Any) -> None:
+    """A stopped journal's sink must not keep sockets (and reconnect attempts) to Kafka open."""
+    import subprocess
+    import sys
+
+    from tests.bridges_kafka.conftest import BOOTSTRAP
+
+    dest = names("closed")
+    create_topics(dest)
+    path = routes_file(tmp_path, f"bridge.id=close-{dest}\nroutes.all.predicate=msg.address==shop\n"
+                                 f"routes.all.dest.topic={dest}\n")
+    out = subprocess.run([sys.executable, "-c", _SOCKETS_TO_KAFKA, str(path), BOOTSTRAP.rsplit(":", 1)[1]],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    open_before, open_after = (int(line) for line in out.stdout.split())
+    assert open_before >= 1, "the sink wrote through at least one connection"
+    assert open_after == 0, f"{open_after} connection(s) to Kafka left open after close()"
+    assert len(consume_all(dest, expect=1)) == 1
