@@ -29,7 +29,7 @@ from .errors import JavaMissing, JournalFailed, PortInUse, UnsharedStore
 from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
-from .scratch import ScratchFolder, session_conf
+from .scratch import ScratchFolder, session_conf, session_env
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def build_session(master: str, app_name: str = "toymb-journal", scratch: Scratch
     # in local mode they import the installed pyspark rather than compile its source zip each time.
     previous, _ = with_session_python(master)
     try:
-        with _temp_env(scratch.path):
+        with _launch_env(session_env(scratch.path)):
             spark = builder.getOrCreate()
     finally:
         restore_python(previous)
@@ -147,18 +147,19 @@ def build_session(master: str, app_name: str = "toymb-journal", scratch: Scratch
 
 
 @contextlib.contextmanager
-def _temp_env(folder: Path) -> Iterator[None]:
-    """``TMPDIR`` is ``folder`` while Spark starts: its JVM and every process it starts (Python
-    workers, their daemon) inherit it. This process's own temporary folder stays as it was."""
-    previous, cached = os.environ.get("TMPDIR"), tempfile.tempdir
-    os.environ["TMPDIR"] = str(folder)
+def _launch_env(changes: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``changes`` while Spark's JVM starts (it and every process it
+    starts inherit them), as it was afterwards; this process's own temporary folder stays as it was."""
+    previous, cached = {name: os.environ.get(name) for name in changes}, tempfile.tempdir
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         tempfile.tempdir = cached
 
 

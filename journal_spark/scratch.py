@@ -125,15 +125,22 @@ def _remove_stale_new(new: Path) -> None:
 
 
 def session_conf(folder: Path) -> dict[str, str]:
-    """The Spark settings that keep a session's temporary files in ``folder`` (a driver on this machine).
+    """The Spark settings that keep a session's driver-side temporary files in ``folder``.
 
-    ``java.io.tmpdir`` is where the native libraries are extracted and Spark's artifact manager
-    and ``Utils.createTempDir`` work; ``spark.local.dir`` holds the block manager's and
-    ``spark-*`` folders; the SQL warehouse (created empty at start, in the cwd by default) is
-    unused by the journal. On a ``spark://`` cluster the executors' folders are the workers'
-    (``SPARK_LOCAL_DIRS``; see services/spark.sh), which this machine's paths need not exist on.
+    ``java.io.tmpdir`` is where the native libraries are extracted (``org.sqlite.tmpdir`` is
+    sqlite-jdbc's own) and where Spark's artifact manager and ``Utils.createTempDir`` work. The SQL
+    warehouse, unused by the journal, is created empty at start: in the cwd by default.
     """
     java_options = " ".join(shlex.quote(f"-D{name}={folder}") for name in ("java.io.tmpdir", "org.sqlite.tmpdir"))
-    return {"spark.driver.extraJavaOptions": java_options,
-            "spark.local.dir": str(folder),
-            "spark.sql.warehouse.dir": str(folder / "warehouse")}
+    return {"spark.driver.extraJavaOptions": java_options, "spark.sql.warehouse.dir": str(folder / "warehouse")}
+
+
+def session_env(folder: Path) -> dict[str, str]:
+    """The environment Spark's JVM starts with, so that it and what it starts keep to ``folder``.
+
+    ``SPARK_LOCAL_DIRS`` holds the block manager's and the ``spark-*`` folders (as an environment
+    variable, not ``spark.local.dir``, which Spark warns about on a cluster); ``TMPDIR`` is for the
+    Python workers. On a ``spark://`` cluster the executors' folders are the workers' (see
+    services/spark.sh), since this machine's paths need not exist where they run.
+    """
+    return {"SPARK_LOCAL_DIRS": str(folder), "TMPDIR": str(folder)}
