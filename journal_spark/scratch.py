@@ -7,11 +7,12 @@ native libraries that sqlite-jdbc, snappy and lz4-java extract (``sqlite-*``, ``
 left them all in /tmp: about 20 entries a kill.
 
 So each process that starts a Spark session takes a folder of its own, ``<root>/<pid>-<random>``,
-and points every temporary path of the session there (:func:`session_conf`). It holds an
-exclusive ``flock`` on ``<root>/<pid>-<random>.lock`` for its whole life. Any process taking a
-folder first removes the folders whose lock it can take: the kernel drops a ``flock`` when its
-holder dies, however it dies, so a folder is removed only once its process is gone (a reused pid
-changes nothing), and a standby's folder is never removed by its leader, nor the other way.
+and points every temporary path of the session there (:func:`session_conf`, :func:`session_env`).
+It holds an exclusive ``flock`` on ``<root>/<pid>-<random>.lock`` for its whole life. Any process
+taking a folder first removes the folders whose lock it can take: the kernel drops a ``flock``
+when its holder dies, however it dies, so a folder is removed only once its process is gone (a
+reused pid changes nothing), and a standby's folder is never removed by its leader, nor the other
+way.
 """
 
 from __future__ import annotations
