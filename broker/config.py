@@ -170,6 +170,8 @@ class Settings:
     journal_dir: str = _field("", str, "Parquet journal folder (default data_dir/journal)", "journal.dir")
     checkpoint_dir: str = _field("", str, "Spark checkpoint folder", "journal.checkpoint")
     routes: str = _field("", str, "routes properties file for the bridges", "journal.routes")
+    journal_tmp_dir: str = _field("", str, "folder of the journal's temporary files, a subfolder per process "
+                                  "(default $XDG_CACHE_HOME/toymb/journal-tmp)", "journal.tmp.dir")
     spark_master: str = _field("local[*]", str, "Spark master URL", "spark.master")
     journal_max_rows: int = _field(200000, _pos, "most rows in one journal micro-batch")
     # 500: a message waits for the next trigger, then one batch (about 0.3 s), so the lag's p95 is

@@ -26,6 +26,8 @@ def journal() -> None:
 @click.option("--routes", help="routes properties file for bridges [TOYMB_ROUTES]")
 @click.option("--journal-dir", help="Parquet journal folder [TOYMB_JOURNAL_DIR]")
 @click.option("--checkpoint-dir", help="Spark checkpoint folder [TOYMB_CHECKPOINT_DIR]")
+@click.option("--tmp-dir", "journal_tmp_dir",
+              help="folder of the job's temporary files, a subfolder per process [TOYMB_JOURNAL_TMP_DIR]")
 @click.option("--master", "spark_master",
               help="Spark master, local[*] or spark://host:7077 [TOYMB_SPARK_MASTER]")
 @click.option("--max-rows", "journal_max_rows", type=int,

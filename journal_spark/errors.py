@@ -25,3 +25,7 @@ class ReplayError(JournalError):
 
 class PortInUse(JournalError):
     """The journal's /metrics port is taken (by a second journal process on the same machine, say)."""
+
+
+class TempFolderUnusable(JournalError):
+    """The folder of the journal's temporary files (``journal.tmp.dir``) cannot be made or written."""

@@ -7,14 +7,17 @@ back the journal, and each one's offsets say exactly what *it* has made durable.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +29,7 @@ from .errors import JavaMissing, JournalFailed, PortInUse, UnsharedStore
 from .lease import JournalLease
 from .metrics import JournalMetrics
 from .python_workers import restore_python, with_session_python
+from .scratch import ScratchFolder, session_conf, session_env
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +93,17 @@ def _with_task_retries(master: str) -> str:
     return f"local[{match.group(1) or '1'},4]"
 
 
-def build_session(master: str, app_name: str = "toymb-journal") -> Any:
+def build_session(master: str, app_name: str = "toymb-journal", scratch: ScratchFolder | None = None) -> Any:
     """A quiet SparkSession (WARN logs, no UI, UTC dates) with the ``toymb`` source and the
-    journal's SQL functions (:func:`.schema.register_functions`) registered."""
+    journal's SQL functions (:func:`.schema.register_functions`) registered.
+
+    Its temporary files go to ``scratch`` (by default a folder claimed in the user's cache and
+    released when this process exits), never /tmp or the cwd: see :mod:`.scratch`.
+    """
     check_java()
+    if scratch is None:
+        scratch = ScratchFolder.claim()
+        atexit.register(scratch.release)   # registered before Spark's own hooks, so it runs after them
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -109,6 +120,8 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
                .config("spark.sql.streaming.stopTimeout", "10s")
                .config("spark.sql.adaptive.enabled", "false")   # streaming ignores it, with a warning
                .config("spark.sql.parquet.compression.codec", "snappy"))
+    for key, value in session_conf(scratch.path).items():
+        builder = builder.config(key, value)
     builder = with_delta(builder)
     if master.startswith("local") or _on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # loopback only, and no warning about it
@@ -122,7 +135,8 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     # in local mode they import the installed pyspark rather than compile its source zip each time.
     previous, _ = with_session_python(master)
     try:
-        spark = builder.getOrCreate()
+        with _launch_env(session_env(scratch.path)):
+            spark = builder.getOrCreate()
     finally:
         restore_python(previous)
     spark.sparkContext.setLogLevel("WARN")
@@ -130,6 +144,23 @@ def build_session(master: str, app_name: str = "toymb-journal") -> Any:
     spark.dataSource.register(StoreDataSource)
     register_functions(spark)
     return spark
+
+
+@contextlib.contextmanager
+def _launch_env(changes: dict[str, str]) -> Iterator[None]:
+    """This process's environment with ``changes`` while Spark's JVM starts (it and every process it
+    starts inherit them), as it was afterwards; this process's own temporary folder stays as it was."""
+    previous, cached = {name: os.environ.get(name) for name in changes}, tempfile.tempdir
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        tempfile.tempdir = cached
 
 
 def _on_loopback(master: str) -> bool:
@@ -260,6 +291,8 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
     """
     check_store(settings.effective_database_url)
     check_java()
+    scratch = ScratchFolder.claim(settings.journal_tmp_dir or None)
+    atexit.register(scratch.release)   # the early returns and raises below
     store = Store(settings.effective_database_url)
     store.create_schema()   # the journal may start before any node has created the tables
     store.dispose()
@@ -287,7 +320,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
 
     lease = JournalLease(settings.effective_database_url, settings.journal_lease_ms)
     # A standby starts Spark before it has the lease: taking over then costs no JVM start.
-    spark = build_session(settings.spark_master)
+    spark = build_session(settings.spark_master, scratch=scratch)
     queries: list[Any] = []
     sinks: list[Sink] = []
     held = False
@@ -334,6 +367,7 @@ def run(settings: Settings, *, once: bool = False, stop: threading.Event | None 
         return 0
     finally:
         _shutdown(queries, sinks, spark)
+        scratch.release()
         if held:
             lease.release()
         lease.dispose()

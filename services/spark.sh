@@ -119,12 +119,21 @@ spark_home() {
 
 worker_pidfile() { echo "$STATE_DIR/worker-$1.pid"; }
 
-# launch_worker N: one worker (1 core), its own folder and log; the pid goes to worker-N.pid.
+# launch_worker N: one worker (1 core), its own folders and log; the pid goes to worker-N.pid.
+# Its executors' temporary files stay in the state folder, never /tmp: their block managers' in
+# local-N (SPARK_LOCAL_DIRS), the native libraries their JVMs extract in tmp-N (java.io.tmpdir,
+# which a worker's executors inherit only through JAVA_TOOL_OPTIONS), Python's in tmp-N (TMPDIR).
+# A worker removes these at a clean stop; after a SIGKILL, the next start of worker N does.
 launch_worker() {
-    local n="$1" home
+    local n="$1" home pid
     home="$(spark_home)"
-    mkdir -p "$STATE_DIR/work-$n"
+    pid="$(cat "$(worker_pidfile "$n")" 2>/dev/null || true)"
+    [[ -n "$pid" ]] && pid_alive "$pid" && die "worker $n is running (pid $pid)"
+    rm -rf "$STATE_DIR/local-$n" "$STATE_DIR/tmp-$n"
+    mkdir -p "$STATE_DIR/work-$n" "$STATE_DIR/local-$n" "$STATE_DIR/tmp-$n"
     SPARK_HOME="$home" PYSPARK_PYTHON="$PYTHON" SPARK_LOCAL_IP="$SPARK_HOST" \
+        SPARK_LOCAL_DIRS="$STATE_DIR/local-$n" TMPDIR="$STATE_DIR/tmp-$n" \
+        JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-Djava.io.tmpdir=$STATE_DIR/tmp-$n" \
         setsid nohup "$home/bin/spark-class" org.apache.spark.deploy.worker.Worker \
         --host "$SPARK_HOST" --port "${WORKER_PORTS[n-1]}" --webui-port 0 --cores 1 --memory "$WORKER_MEMORY" \
         --work-dir "$STATE_DIR/work-$n" "spark://$SPARK_HOST:$MASTER_PORT" \

@@ -12,6 +12,8 @@ from pathlib import Path
 class JournalProcess:
     """``python -m broker journal run`` in its own session, so the JVM dies with it on SIGKILL."""
 
+    extra_env: dict[str, str] = {}   # more environment for the job (never changed in place)
+
     def __init__(self, workdir: Path, database_url: str, routes: Path, *, once: bool = False,
                  max_rows: int = 2000) -> None:
         self.workdir = workdir
@@ -27,7 +29,7 @@ class JournalProcess:
     def start(self) -> JournalProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
         env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "TOYMB_LOG_LEVEL": "INFO"})
+                    "TOYMB_LOG_LEVEL": "INFO", **self.extra_env})
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start {' '.join(self.args[3:])}\n".encode())
             self.proc = subprocess.Popen(self.args, env=env, stdout=log, stderr=subprocess.STDOUT,

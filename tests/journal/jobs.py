@@ -26,8 +26,11 @@ class Journal(JournalProcess):
         self.log_path = workdir / f"journal-{name}.log"
         self.args = [sys.executable, "-m", "broker", "journal", "run", "--database-url", database_url,
                      "--journal-dir", str(workdir / "journal"), "--checkpoint-dir", str(workdir / "checkpoints"),
-                     "--metrics-port", "0", "--trigger-ms", "200", "--lease-ms", str(lease_ms), *extra]
+                     "--metrics-port", "0", "--trigger-ms", "200", "--lease-ms", str(lease_ms),
+                     "--tmp-dir", str(workdir / "journal-tmp"), *extra]
         self.proc = None
+        # What Spark's JVM and its Python workers leave in TMPDIR (nothing: see temp_folder_pids).
+        self.extra_env = {"TMPDIR": str(system_tmp(workdir))}
 
     def start(self) -> Journal:
         super().start()
@@ -53,6 +56,19 @@ class Journal(JournalProcess):
         """SIGTERM, as a supervisor would; SIGKILL if it does not stop in ``timeout``."""
         self.signal(signal.SIGTERM)
         return self.wait(timeout)
+
+
+def system_tmp(workdir: Path) -> Path:
+    """The TMPDIR the journal processes run with, which must stay empty."""
+    folder = workdir / "system-tmp"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def temp_folder_pids(workdir: Path) -> set[int]:
+    """The pids of the journal processes whose temporary folders (journal_spark.scratch) are there."""
+    root = workdir / "journal-tmp"
+    return {int(p.name.split("-")[0]) for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
 
 
 def lease_holder(database_url: str) -> tuple[int, int] | None:
@@ -108,6 +124,7 @@ class PrivateSparkCluster:
         from tests.support import ROOT, free_port
 
         self.script = str(ROOT / "services" / "spark.sh")
+        self.state = state / "spark"
         self.port = free_port()
         self.master = f"spark://127.0.0.1:{self.port}"
         self.env = {**os.environ, "TOYMB_SERVICES_DIR": str(state), "TOYMB_SPARK_MASTER_PORT": str(self.port),

@@ -48,11 +48,35 @@ def _progress(data: Path, checkpoint: Path) -> tuple[int, int, int]:
             len(_numbers(checkpoint / "commits")))
 
 
+def system_tmp(data: Path) -> Path:
+    folder = data.parent / "system-tmp"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _temp_folders(data: Path) -> list[Path]:
+    """The journal processes' temporary folders (journal_spark.scratch), live or left by a killed one."""
+    root = data.parent / "cache" / "toymb" / "journal-tmp"
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def _own_temp_folder(data: Path, pid: int) -> None:
+    """A running job's temporary files are in its own folder, the only one: a killed job's is gone."""
+    folders = _temp_folders(data)
+    assert [p.name.split("-")[0] for p in folders] == [str(pid)], folders
+    names = [p.name for p in folders[0].iterdir()]
+    # Spark's local dir, and java.io.tmpdir (where Spark's artifact manager works from the start).
+    assert any(n.startswith("blockmgr-") for n in names) and any(n.startswith("artifacts-") for n in names), names
+
+
 class JournalJob:
     """A real ``toymb journal run`` process in its own process group (Spark's JVM included)."""
 
     def __init__(self, data_dir: Path, metrics_port: int, *extra: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
+        # Its temporary files: the default folder (under XDG_CACHE_HOME) and a TMPDIR of its own,
+        # which must stay empty (the JVM ignores TMPDIR: _own_temp_folder checks it used the folder).
+        env.update({"XDG_CACHE_HOME": str(data_dir.parent / "cache"), "TMPDIR": str(system_tmp(data_dir))})
         env.update({"TOYMB_DATA_DIR": str(data_dir), "TOYMB_JOURNAL_MAX_ROWS": "1000",
                     "TOYMB_JOURNAL_TRIGGER_MS": "100", "TOYMB_JOURNAL_METRICS_PORT": str(metrics_port),
                     "TOYMB_LOG_LEVEL": "INFO", "PYSPARK_PYTHON": sys.executable,
@@ -123,17 +147,25 @@ def _crash_run(tmp_path: Path, master: str, cluster: PrivateSparkCluster | None 
             # A loaded machine may take long to start the JVM; a job that does nothing for STALL_S is stuck.
             wait_progressing(lambda: in_flight(target), lambda: _progress(data, checkpoint),  # noqa: B023
                              stall=STALL_S, interval=0.02, what=f"batch {target} in flight")
+            _own_temp_folder(data, job.proc.pid)
             if not scraped:
                 scraped = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
             mode = rng.choice(["random", "files-written", "committing"])
             if cluster is not None and attempts == 2:
                 # One executor's worker dies mid-batch: Spark runs its tasks again on the other one.
+                # Its executor's JVM extracted its native libraries into the worker's tmp-1, not /tmp.
+                executor_tmp = cluster.state / "tmp-1"
+                wait_until(lambda: any(p.name.startswith("liblz4-java-") for p in executor_tmp.iterdir()),  # noqa: B023
+                           timeout=STALL_S, interval=0.1, what="worker 1's executor at work")
                 time.sleep(rng.uniform(0, 0.5))
+                extracted = {p.name for p in executor_tmp.iterdir()}
                 cluster.run("kill-worker", "1")
                 worker_kills += 1
                 wait_progressing(lambda: in_flight(target + 1), lambda: _progress(data, checkpoint),  # noqa: B023
                                  stall=STALL_S, interval=0.02, what="a batch after the worker's death")
                 cluster.run("start-worker", "1")
+                # The dead executor's files went with its worker's restart.
+                assert not extracted & {p.name for p in executor_tmp.iterdir()}
                 mode = "after a worker's death"
             elif mode == "random":
                 time.sleep(rng.uniform(0, 1.0))
@@ -164,6 +196,9 @@ def _crash_run(tmp_path: Path, master: str, cluster: PrivateSparkCluster | None 
     finally:
         final.kill()
     assert final.proc.returncode == 0, (data / "journal-job.log").read_text()[-3000:]
+    # A clean stop removes its own folder; nothing went to TMPDIR or the cwd (Spark's warehouse).
+    assert _temp_folders(data) == [] and list(system_tmp(data).iterdir()) == []
+    assert not (data / "spark-warehouse").exists()
 
     assert_journal_matches(data / "journal", store)
     journal = JournalStore.of(store)

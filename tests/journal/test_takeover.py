@@ -21,7 +21,7 @@ from tests.bridges_jms.conftest import activemq, unique, write_routes  # noqa: F
 from tests.bridges_jms.test_faults import Collector
 from tests.bridges_kafka.conftest import append_orders, consume_all, create_topics, routes_file
 from tests.journal.conftest import assert_journal_matches, fill_store, sample_message, store_rows
-from tests.journal.jobs import Journal, lease_holder, table_epoch, table_rows
+from tests.journal.jobs import Journal, lease_holder, system_tmp, table_epoch, table_rows, temp_folder_pids
 from tests.support import wait_progressing, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -107,6 +107,9 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
 
             wait_progressing(working, lambda: _progress(tmp_path), stall=STALL_S, interval=0.1,
                              what="the active journal committing")
+            # Each live process has its temporary folder (neither one's start removed the other's);
+            # a killed one's went when it started again.
+            assert temp_folder_pids(tmp_path) == {j.pid for j in jobs.values()}
             time.sleep(rng.uniform(0, 2.0))
             found = _active(jobs, url)
             assert found is not None
@@ -136,6 +139,7 @@ def test_standby_takes_over_from_a_sigkilled_leader_three_times(tmp_path: Path, 
         for job in jobs.values():
             if job.alive():
                 job.stop()
+    assert list(system_tmp(tmp_path).iterdir()) == []
     assert_journal_matches(tmp_path / "journal", store)
     counts = Counter(r.key().decode() for r in records)
     duplicates = [k for k, n in counts.items() if n > 1]
