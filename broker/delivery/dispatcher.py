@@ -358,7 +358,14 @@ class Dispatcher:
 
     def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None]:
         """Mark a round's lanes busy (caller holds the lock): a careful one alone (one such round
-        at a time per subscriber), else every ready one.
+        at a time per subscriber), else ready ones until their known backlog fills a batch.
+
+        A round stops taking lanes once they hold ``push_batch`` messages, so a backlog is spread
+        over up to ``push_in_flight`` rounds in flight (each a full batch) instead of one round
+        holding every lane while its round trip runs; a lane with news but no known backlog
+        counts as one message, so a steady trickle still goes out in one round. Lanes are looked
+        at round robin from where the last round stopped, so a few deep partitions never starve
+        the others.
 
         Returns the lanes, whether they are a careful one, and when none is ready, when the
         soonest backing-off one will be.
@@ -367,7 +374,12 @@ class Dispatcher:
         ready: list[int] = []
         careful = False
         soonest: float | None = None
-        for p in target.partitions:
+        budget = self.settings.push_batch
+        partitions = target.partitions
+        count = len(partitions)
+        start = target.cursor % count if count else 0
+        for i in range(count):
+            p = partitions[(start + i) % count]
             lane = state.lanes.get(p)
             if lane is None or lane.holder != sid or lane.busy or not (lane.dirty or lane.position < lane.end):
                 continue
@@ -381,6 +393,10 @@ class Dispatcher:
                 careful = target.careful_in_flight = True
                 break
             ready.append(p)
+            budget -= max(1, lane.end - lane.position)
+            if budget <= 0:
+                target.cursor = start + i + 1
+                break
         for p in ready:
             state.lanes[p].busy = True
             state.lanes[p].dirty = False
