@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,21 @@ def test_a_deep_partition_does_not_starve_a_shallow_one(tmp_path: Path) -> None:
     finally:
         node.close()
         receiver.stop()
+
+
+def test_a_node_stopping_with_pushes_in_flight_starts_no_more(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Pushes that end while the node stops start no further ones on a pool being shut down."""
+    node = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS, push_in_flight=3, push_batch=5)
+    held = HoldingReceiver(hold_s=0.3)
+    held.gate.clear()
+    try:
+        keys = keys_on_distinct_partitions(3)
+        node.publish("stopping", [{"key": key, "body": n} for key in keys for n in range(20)])
+        node.subscribe("stopping", "g", mode="push", url=held.receiver.url, start="earliest")
+        wait_until(lambda: held.most >= 3, timeout=30, what="three pushes in flight")
+        with caplog.at_level(logging.ERROR, logger="broker"):
+            node.close()  # the held pushes end while the dispatcher's pools shut down
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    finally:
+        held.gate.set()
+        held.receiver.stop()
