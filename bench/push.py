@@ -25,7 +25,7 @@ from typing import Any
 
 import requests
 
-from bench.common import BenchNode, peak_rss_mb, report, write_results
+from bench.common import BenchNode, cpu_seconds, peak_rss_mb, report, write_results
 from bench.publish import batched_publish
 
 RATE = 5000  # the rate: p99 at most 10 ms at 5,000 msg/s
@@ -40,6 +40,7 @@ class CountingReceiver:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.count = 0
+        self.requests = 0
         self.latencies_ms: list[float] = []
         receiver = self
 
@@ -54,6 +55,7 @@ class CountingReceiver:
                 stamps = [m["body"]["sent_ns"] for m in messages if isinstance(m.get("body"), dict)]
                 with receiver.lock:
                     receiver.count += len(messages)
+                    receiver.requests += 1
                     receiver.latencies_ms.extend((now - s) / 1e6 for s in stamps)
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
@@ -166,7 +168,7 @@ def measure_latency(base: str, seconds: float) -> dict[str, Any]:
         receiver.close()
 
 
-def measure_throughput(base: str, seconds: float) -> dict[str, Any]:
+def measure_throughput(base: str, seconds: float, node_pid: int) -> dict[str, Any]:
     topic = "bench-drain"
     requests.put(f"{base}/v1/topics/{topic}", json={"partitions": 100}, timeout=10)
     publish_rate = batched_publish(f"{base}/v1/topics/{topic}/messages", clients=2, seconds=seconds)
@@ -174,17 +176,22 @@ def measure_throughput(base: str, seconds: float) -> dict[str, Any]:
     receivers = [CountingReceiver() for _ in range(4)]
     beats = Heartbeats(base)
     try:
+        cpu_before = cpu_seconds(node_pid)
         started = time.perf_counter()
         for r in receivers:
             beats.ids.append(subscribe(base, topic, "four", r.url, start="earliest"))
         drained = wait_for(lambda: sum(r.count for r in receivers) >= total, timeout=600)
         elapsed = time.perf_counter() - started
+        node_cpu = cpu_seconds(node_pid) - cpu_before
         delivered = sum(r.count for r in receivers)
         push_rate = delivered / elapsed
         return {"publish_msg_s": publish_rate, "push_msg_s": push_rate,
                 "push_over_publish": push_rate / publish_rate,
                 "drain_messages": total, "drain_delivered": delivered, "drain_complete": drained,
-                "drain_s": elapsed, "per_subscriber": [r.count for r in receivers]}
+                "drain_s": elapsed, "per_subscriber": [r.count for r in receivers],
+                # A shared machine's load skews the rates, not these two.
+                "drain_node_cpu_us_per_message": node_cpu / max(1, delivered) * 1e6,
+                "drain_messages_per_push": delivered / max(1, sum(r.requests for r in receivers))}
     finally:
         beats.stop()
         for r in receivers:
@@ -198,7 +205,7 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
     with BenchNode() as node:
         results: dict[str, Any] = {"quick": quick, "rate_msg_s": RATE}
         results.update(measure_latency(node.url, latency_s))
-        results.update(measure_throughput(node.url, fill_s))
+        results.update(measure_throughput(node.url, fill_s, node.pid))
         results["node_peak_rss_mb"] = peak_rss_mb(node.pid)
     report("push delivery", {
         f"end-to-end latency p50 at {RATE} msg/s (ms)": results["latency_p50_ms"],
@@ -208,6 +215,8 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
         "push throughput, 1 group x 4 subscribers (msg/s)": results["push_msg_s"],
         "push / publish (target >= 0.8)": results["push_over_publish"],
         "push / publish meets 0.8": results["push_over_publish"] >= 0.8,
+        "drain: node CPU per pushed message (us)": results["drain_node_cpu_us_per_message"],
+        "drain: messages per push request": results["drain_messages_per_push"],
         "node peak RSS (MiB)": results["node_peak_rss_mb"],
     })
     write_results(out_dir, "push", results, bars={"push / publish": results["push_over_publish"]})

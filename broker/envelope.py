@@ -101,6 +101,32 @@ def strict_json(raw: bytes | str) -> Any:
     return _stdlib_strict_json(raw)
 
 
+def is_strict_json(raw: bytes) -> bool:
+    """Whether :func:`strict_json` accepts ``raw``, without keeping the value.
+
+    orjson alone answers for most documents, big integers included: it reads one beyond 64 bits
+    as a float, which only matters for the value, and it accepts nothing the standard library
+    refuses. What it refuses goes through the standard library, which may still accept it.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+            return True
+        try:
+            _check_tree(value, False)
+        except ValueError:
+            return False
+        return True
+    try:
+        _stdlib_strict_json(raw)
+    except ValueError:
+        return False
+    return True
+
+
 def _stdlib_strict_json(raw: bytes | str) -> Any:
     """:func:`strict_json` with the standard library alone (exact big integers, precise errors)."""
     if isinstance(raw, bytes):
@@ -357,6 +383,14 @@ def decode_body(content_type: str, body: bytes) -> dict[str, Any]:
 def render(topic: str, partition: int, offset: int, msg_id: str, key: str | None, headers: str | dict[str, str],
            timestamp: int, content_type: str, body: bytes) -> dict[str, Any]:
     """The JSON envelope of a stored message."""
+    envelope = render_head(topic, partition, offset, msg_id, key, headers, timestamp, content_type)
+    envelope.update(decode_body(content_type, body))
+    return envelope
+
+
+def render_head(topic: str, partition: int, offset: int, msg_id: str, key: str | None,
+                headers: str | dict[str, str], timestamp: int, content_type: str) -> dict[str, Any]:
+    """The JSON envelope of a stored message without its body."""
     return {
         "id": msg_id,
         "topic": topic,
@@ -366,7 +400,6 @@ def render(topic: str, partition: int, offset: int, msg_id: str, key: str | None
         "headers": ({} if headers == "{}" else json.loads(headers)) if isinstance(headers, str) else headers,
         "timestamp": timestamp,
         "content_type": content_type,
-        **decode_body(content_type, body),
     }
 
 

@@ -114,10 +114,12 @@ class Dispatcher:
     def stop(self) -> None:
         self._reloader.stop()
         self._worker.stop()
-        for pool in (self._pool, self._extra_pool):
+        with self._lock:  # rounds start under the lock, from any thread: none on a pool shut down
+            pools = (self._pool, self._extra_pool)
+            self._pool = self._extra_pool = None
+        for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-        self._pool = self._extra_pool = None
         self.offsets.stop()
         self.pusher.close()
 
@@ -136,8 +138,8 @@ class Dispatcher:
                             if lane.holder is not None:
                                 self._consider((topic, group.group, lane.holder))
                                 news = True
-        if news:  # waking the scheduler costs a few locks: only for a subscriber with something to do
-            self._worker.wake.set()
+        if news:  # scheduling costs a few locks: only for a subscriber with something to do
+            self._schedule_now()
 
     def invalidate(self, topic: str, group: str) -> None:
         """Reload a group from SQL now (its members or assignment changed)."""
@@ -179,6 +181,21 @@ class Dispatcher:
                 due = time.monotonic() + 1.0
             self._worker.wake.wait(max(0.001, due - time.monotonic()))
             self._worker.wake.clear()
+
+    def _schedule_now(self) -> None:
+        """Start the candidates' rounds on this thread (a commit's writer, a round's worker).
+
+        Handing them to the scheduler's thread cost a thread wake-up before every push, waiting
+        for the GIL behind whatever else ran (0.3 ms at the median, several at the tail, of the
+        5,000 msg/s bench's end-to-end latency). Starting a round never blocks: it is a submit to a
+        pool. The scheduler's thread still runs the timers (backoffs) and the reloads' news.
+        """
+        try:
+            self._schedule(time.monotonic())
+        except Exception:
+            log.exception("dispatcher round failed")
+        if self._heap:  # a timer may now be due before the one the scheduler's thread waits for
+            self._worker.wake.set()
 
     def _reload_run(self) -> None:
         """The reloads' thread: invalidated groups at once, and every REFRESH_S the refresh."""
@@ -290,10 +307,10 @@ class Dispatcher:
         they hold, a reload, their last round ending, a backoff running out), so idle
         subscribers cost nothing however many there are.
         """
-        pool, extra_pool = self._pool, self._extra_pool
-        if pool is None or extra_pool is None:
-            return now + REFRESH_S
         with self._lock:
+            pool, extra_pool = self._pool, self._extra_pool
+            if pool is None or extra_pool is None:
+                return now + REFRESH_S
             while self._heap and self._heap[0][0] <= now:
                 at, key = heapq.heappop(self._heap)
                 if self._timers.get(key) == at:
@@ -354,11 +371,18 @@ class Dispatcher:
                 else:
                     self._extra_running -= 1
                 self._consider((state.topic, state.group, target.sub.id))
-            self._worker.wake.set()
+            self._schedule_now()
 
     def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None]:
         """Mark a round's lanes busy (caller holds the lock): a careful one alone (one such round
-        at a time per subscriber), else every ready one.
+        at a time per subscriber), else ready ones until their known backlog fills a batch.
+
+        A round stops taking lanes once they hold ``push_batch`` messages, so a backlog is spread
+        over up to ``push_in_flight`` rounds in flight (each a full batch) instead of one round
+        holding every lane while its round trip runs; a lane with news but no known backlog
+        counts as one message, so a steady trickle still goes out in one round. Lanes are looked
+        at round robin from where the last round stopped, so a few deep partitions never starve
+        the others.
 
         Returns the lanes, whether they are a careful one, and when none is ready, when the
         soonest backing-off one will be.
@@ -367,7 +391,12 @@ class Dispatcher:
         ready: list[int] = []
         careful = False
         soonest: float | None = None
-        for p in target.partitions:
+        budget = self.settings.push_batch
+        partitions = target.partitions
+        count = len(partitions)
+        start = target.cursor % count if count else 0
+        for i in range(count):
+            p = partitions[(start + i) % count]
             lane = state.lanes.get(p)
             if lane is None or lane.holder != sid or lane.busy or not (lane.dirty or lane.position < lane.end):
                 continue
@@ -381,6 +410,10 @@ class Dispatcher:
                 careful = target.careful_in_flight = True
                 break
             ready.append(p)
+            budget -= max(1, lane.end - lane.position)
+            if budget <= 0:
+                target.cursor = start + i + 1
+                break
         for p in ready:
             state.lanes[p].busy = True
             state.lanes[p].dirty = False

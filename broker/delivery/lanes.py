@@ -33,6 +33,7 @@ class Target:
     rounds: int = 0            # its pushes in flight, each on partitions of its own
     first_in_flight: bool = False  # one of them runs on the pool's share kept one per subscriber
     careful_in_flight: bool = False  # a failed head is being retried: one at a time per subscriber
+    cursor: int = 0            # where in `partitions` the next round starts looking: round robin
     not_before: float = 0.0    # while unreachable, the whole subscriber backs off
     unreachable_since: float | None = None
     unreachable_count: int = 0

@@ -65,3 +65,30 @@ def test_unwrapped_pushes_carry_the_raw_body_and_metadata_headers(steady: LiveNo
     assert by_id["bin-1"][1] == b"\x00\x01\xff" and "toymb-key" not in by_id["bin-1"][0]
     assert by_id["text-1"][1] == b"gift wrap"
     assert all("webhook-signature" in h for h, _ in pushed), "every format is signed"
+
+
+def test_envelope_pushes_carry_json_bodies_exactly_as_values(steady: LiveNode) -> None:
+    """A JSON body goes into the envelope as its stored text: big integers stay exact, spaces and
+    escapes read back as the same value, and bytes that are not strict JSON come as body_base64."""
+    pretty = b'{ "name" : "caf\\u00e9",\n  "list": [1, 2.50, {"deep": null}] }'
+    sent = [
+        {"id": "ns", "key": "a", "body": {"sent_ns": 1795000000123456789, "pad": "x"}},
+        {"id": "huge", "key": "a", "body": {"n": 123456789012345678901234567890}},
+        {"id": "pretty", "key": "a", "body_base64": base64.b64encode(pretty).decode(),
+         "content_type": "application/json"},
+        {"id": "scalar", "key": "a", "body": -12345678901234567890},
+    ]
+    steady.publish("exact", sent)
+    receiver = Receiver()
+    try:
+        steady.subscribe("exact", "g", mode="push", url=receiver.url, start="earliest")
+        wait_until(lambda: len(receiver.messages()) == len(sent), timeout=30, what="the pushes")
+        bodies = {m["id"]: m["body"] for m in receiver.messages()}
+        assert bodies == {"ns": {"sent_ns": 1795000000123456789, "pad": "x"},
+                          "huge": {"n": 123456789012345678901234567890},
+                          "pretty": {"name": "café", "list": [1, 2.5, {"deep": None}]},
+                          "scalar": -12345678901234567890}
+        assert all(m["delivery_attempt"] == 1 and m["content_type"].startswith("application/json")
+                   for m in receiver.messages())
+    finally:
+        receiver.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,64 @@ def test_pushes_overlap_up_to_the_setting_and_never_on_one_partition(tmp_path: P
         node.close()
         held.receiver.stop()
 
+
+
+def test_a_backlog_goes_out_in_full_batches_several_in_flight(tmp_path: Path) -> None:
+    """A subscriber starting on a backlog gets it as several full-batch pushes at once, not one
+    push that holds every partition while its round trip runs."""
+    node = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS, push_in_flight=3, push_batch=10,
+                    push_timeout_ms=30_000)
+    held = HoldingReceiver(hold_s=20.0)
+    try:
+        keys = keys_on_distinct_partitions(3)
+        node.publish("backlog", [{"key": key, "body": n} for key in keys for n in range(10)])
+        held.gate.clear()
+        node.subscribe("backlog", "g", mode="push", url=held.receiver.url, start="earliest")
+        wait_until(lambda: held.most >= 3, timeout=30, what="three pushes, one per deep partition, at once")
+        held.gate.set()
+        wait_until(lambda: len(held.receiver.messages()) == 30, timeout=60, what="every message delivered")
+        assert not held.shared_partition, "two pushes in flight at once held the same partition"
+        assert first_seen_in_order(held.receiver.messages())
+        assert all(len(payload["messages"]) <= 10 for payload in held.receiver.requests)
+    finally:
+        held.gate.set()
+        node.close()
+        held.receiver.stop()
+
+
+def test_a_deep_partition_does_not_starve_a_shallow_one(tmp_path: Path) -> None:
+    """Rounds look at partitions round robin: with one push in flight, a partition holding one
+    message goes out in the second push, not after a deep partition's whole backlog."""
+    node = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS, push_in_flight=1, push_batch=5)
+    receiver = Receiver()
+    try:
+        keys = sorted(keys_on_distinct_partitions(2), key=lambda k: partition_for(k, 100))
+        deep, shallow = keys  # the deep partition comes first in the subscriber's partitions
+        node.publish("fair", [{"key": deep, "body": n} for n in range(40)] + [{"key": shallow, "body": "alone"}])
+        node.subscribe("fair", "g", mode="push", url=receiver.url, start="earliest")
+        wait_until(lambda: len(receiver.messages()) == 41, timeout=60, what="every message delivered")
+        pushes_until_shallow = next(i for i, payload in enumerate(receiver.acked, 1)
+                                    if any(m["body"] == "alone" for m in payload["messages"]))
+        assert pushes_until_shallow <= 2, f"the shallow partition waited for {pushes_until_shallow - 1} pushes"
+        assert first_seen_in_order(receiver.messages())
+    finally:
+        node.close()
+        receiver.stop()
+
+
+def test_a_node_stopping_with_pushes_in_flight_starts_no_more(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Pushes that end while the node stops start no further ones on a pool being shut down."""
+    node = LiveNode(tmp_path, subscriber_lease_ms=STEADY_LEASE_MS, push_in_flight=3, push_batch=5)
+    held = HoldingReceiver(hold_s=0.3)
+    held.gate.clear()
+    try:
+        keys = keys_on_distinct_partitions(3)
+        node.publish("stopping", [{"key": key, "body": n} for key in keys for n in range(20)])
+        node.subscribe("stopping", "g", mode="push", url=held.receiver.url, start="earliest")
+        wait_until(lambda: held.most >= 3, timeout=30, what="three pushes in flight")
+        with caplog.at_level(logging.ERROR, logger="broker"):
+            node.close()  # the held pushes end while the dispatcher's pools shut down
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    finally:
+        held.gate.set()
+        held.receiver.stop()
