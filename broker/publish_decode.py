@@ -108,7 +108,7 @@ def decode_publish(raw: bytes, limits: Limits, max_batch: int) -> tuple[list[New
         # Every field is within its limits already (the decoder checked them); only the body is left.
         content_type, text = item.content_type, item.body
         if texts and content_type is not None and text is not UNSET and item.body_base64 is UNSET \
-                and not _is_json_type(content_type):
+                and not is_json_type(content_type):
             try:   # the usual message, inline: a text body of a text type
                 data = text.encode("utf-8")
             except UnicodeEncodeError:   # a lone surrogate: the whole way names it
@@ -134,15 +134,11 @@ def _text_body(item: Any, content_type: str | None) -> tuple[bytes, str] | None:
     if item.body_base64 is not UNSET:
         return None
     try:
-        if content_type is not None and not _is_json_type(content_type):
+        if content_type is not None and not is_json_type(content_type):
             return text.encode("utf-8"), content_type
         return encode_body({"body": text}, content_type)
     except (ValueError, BrokerError):  # a lone surrogate: the whole way names it
         return None
-
-
-# Publishers use a few content types, mostly one: what is_json_type says of each is remembered.
-_is_json_type = functools.lru_cache(maxsize=256)(is_json_type)
 
 
 def _body(item: Any, content_type: str | None, depth: int) -> tuple[bytes, str] | None:
@@ -158,7 +154,7 @@ def _body(item: Any, content_type: str | None, depth: int) -> tuple[bytes, str] 
     if encoded is not UNSET:
         return None
     try:
-        if content_type is not None and not _is_json_type(content_type) and memoryview(raw)[0] == 0x22:  # '"'
+        if content_type is not None and not is_json_type(content_type) and memoryview(raw)[0] == 0x22:  # '"'
             return _TEXT.decode(raw).encode("utf-8"), content_type
         data = bytes(raw)
         # Only a body is read by orjson, which reads an integer beyond 64 bits as a float; the
