@@ -96,7 +96,9 @@ def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path
     with store.append_transaction():
         pass   # opens the writer's own connection, kept between transactions
     assert store._writer_conn is not None
-    store._writer_conn.connection.dbapi_connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    writer = store._writer_conn.connection.dbapi_connection
+    assert isinstance(writer, sqlite3.Connection)
+    writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
     appender = Appender(store)
     pendings = {}
     for msg_id, size in (("ok-0", 10), ("big", 5000), ("ok-1", 10)):
