@@ -12,7 +12,8 @@
 Requests go to the WSGI app on ``threads`` worker threads. The ``inline`` handler (the publish
 fast path) is offered each request first, on the loop's thread with ``inline_on_loop``, else on
 the worker thread; a request it takes holds no thread while it commits: the handler answers it
-later, from any thread, and the loop sends the answer.
+later, from any thread, and the loop sends the answer (:class:`Respond`; ``respond.soon(job)``
+lets the loop prepare it first, while the commit syncs).
 """
 
 from __future__ import annotations
