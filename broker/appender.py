@@ -71,6 +71,12 @@ class Stored(NamedTuple):
                 "duplicate": self.duplicate}
 
 
+# An outcome may also have ``prepare(coordinates)``: the writer calls it with the request's
+# coordinates once its rows are written, just before the commit, so that whoever answers can make
+# the answer while the commit syncs (the sync holds no GIL). The commit may still fail: only
+# ``set_result`` says it did not, and only then may the answer be sent.
+Prepare = Callable[[list[Stored]], None]
+
 # Stored's own constructor is Python code (a namedtuple's); the writer makes one per message with this.
 _new_stored = tuple.__new__
 
@@ -81,6 +87,7 @@ class _Request:
     messages: list[NewMessage]
     partitions: list[int]
     future: Outcome
+    prepare: Prepare | None
 
 
 _STOP = object()
@@ -169,7 +176,7 @@ class Appender:
         coordinates once committed (or ``set_exception``), once, on its own thread."""
         count = topic.partitions
         parts = [key_partition(m.key, count) if m.key is not None else partition_for(m.id, count) for m in messages]
-        self._queue.put(_Request(topic, messages, parts, outcome))
+        self._queue.put(_Request(topic, messages, parts, outcome, getattr(outcome, "prepare", None)))
 
     def _take(self, block: bool) -> Any:
         """The next item: what was carried over first, then the queue's."""
@@ -254,6 +261,7 @@ class Appender:
                 ends = {(name, partition): nxt for name, nexts in state.next_by_topic.items()
                         for partition, nxt in nexts.items()}
                 txn.write([], ends, [])
+                self._prepare(batch, results)
         except Exception as exc:  # noqa: BLE001 - every waiter must hear about it
             for name in names:
                 self._next.pop(name, None)
@@ -290,6 +298,18 @@ class Appender:
                     listener(name, parts)
                 except Exception:
                     log.exception("commit listener failed")
+
+    @staticmethod
+    def _prepare(batch: list[_Request], results: dict[int, list[Stored]]) -> None:
+        """Tell the requests that can use it their coordinates before the commit (see Prepare)."""
+        for request in batch:
+            prepare = request.prepare
+            stored = results.get(id(request))   # none for a fenced request
+            if prepare is not None and stored is not None:
+                try:
+                    prepare(stored)
+                except Exception:   # only a head start: the answer is made after the commit anyway
+                    log.exception("preparing the answer of a publish failed")
 
     def _join(self, names: set[str], room: int) -> list[_Request]:
         """The requests queued now for the topics ``names`` (locked and fenced by this transaction),

@@ -35,16 +35,26 @@ class PendingPublish:
 
     The writer tells it the outcome (it is the writer's :class:`~broker.appender.Outcome`), and it
     calls ``then(self)`` on the writer's thread; :meth:`Publisher.finish` makes the answer from it.
+    With ``early``, the writer's :meth:`prepare` calls ``early(self, stored)`` before the commit:
+    the answerer may make the answer meanwhile and keep it in :attr:`prepared`, and send it only
+    after ``then`` told it the commit held (with ``stored`` the very list then told).
     """
 
-    __slots__ = ("error", "is_batch", "started", "stored", "then")
+    __slots__ = ("early", "error", "is_batch", "prepared", "started", "stored", "then")
 
-    def __init__(self, started: float, is_batch: bool, then: Callable[[PendingPublish], None]) -> None:
+    def __init__(self, started: float, is_batch: bool, then: Callable[[PendingPublish], None],
+                 early: Callable[[PendingPublish, list[Stored]], None] | None = None) -> None:
         self.started = started
         self.is_batch = is_batch
         self.then = then
+        self.early = early
         self.stored: list[Stored] | None = None
         self.error: BaseException | None = None
+        self.prepared: Any = None   # what the answerer made of the coordinates ``prepare`` told
+
+    def prepare(self, stored: list[Stored], /) -> None:
+        if self.early is not None:
+            self.early(self, stored)
 
     def set_result(self, stored: list[Stored], /) -> None:
         self.stored = stored
@@ -144,17 +154,18 @@ class Publisher:
         messages, is_batch = self.read(raw)
         return self.answer(started, is_batch, self.append(topic_name, messages))
 
-    def begin(self, topic_name: str, raw: bytes, then: Callable[[PendingPublish], None]) -> None:
+    def begin(self, topic_name: str, raw: bytes, then: Callable[[PendingPublish], None],
+              early: Callable[[PendingPublish, list[Stored]], None] | None = None) -> None:
         """:meth:`publish_body` without waiting: validate and queue for the writer, which calls
         ``then(pending)`` on its thread once the publish committed or failed; :meth:`finish` makes
-        the answer. Only for a topic :meth:`answers_inline`.
+        the answer. Only for a topic :meth:`answers_inline`. ``early``: see :class:`PendingPublish`.
 
         Raises:
             BrokerError: the body is refused (nothing was queued).
         """
         started = time.perf_counter()
         messages, is_batch = self.read(raw)
-        self.appender.enqueue(self.topics.get(topic_name), messages, PendingPublish(started, is_batch, then))
+        self.appender.enqueue(self.topics.get(topic_name), messages, PendingPublish(started, is_batch, then, early))
 
     def answers_inline(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` can be taken without blocking: the topic is known
@@ -170,12 +181,23 @@ class Publisher:
         if pending.error is not None:
             raise pending.error
         assert pending.stored is not None, "finish() before the writer told the outcome"
+        self.settle(pending)
+        return self.answer_body(pending.is_batch, pending.stored)
+
+    def settle(self, pending: PendingPublish) -> None:
+        """Count a publish :meth:`begin` queued and that committed, as it is answered."""
+        assert pending.stored is not None, "settle() before the writer told the outcome"
         self.count(pending.stored)
-        return self.answer(pending.started, pending.is_batch, pending.stored)
+        self.metrics.publishes.answered(time.perf_counter() - pending.started)
 
     def answer(self, started: float, is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of a stored publish's answer; counts the request."""
         self.metrics.publishes.answered(time.perf_counter() - started)
+        return self.answer_body(is_batch, stored)
+
+    @staticmethod
+    def answer_body(is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and body of the answer of a publish stored at ``stored``."""
         status = 200 if all(s.duplicate for s in stored) else 201
         if is_batch:
             return status, {"messages": [s.answer() for s in stored]}

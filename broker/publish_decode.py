@@ -35,8 +35,10 @@ from .envelope import (
 from .errors import BrokerError
 
 
-def _decoders(limits: Limits) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
-    """Decoders of one message and of a batch, with every limit of ``limits`` checked natively.
+def _decoders(limits: Limits) -> tuple[msgspec.json.Decoder[Any], ...]:
+    """Decoders of one message and of a batch, with every limit of ``limits`` checked natively:
+    (single, batch) with each body kept as raw JSON, then (single, batch) that take only string
+    bodies, decoded natively too (the common case: the body is text).
 
     A message as a client sends it; absent and null fields mean what they mean to parse_message.
     Lengths are in characters, as ``len`` counts them; a value over a limit fails the decoding,
@@ -47,18 +49,22 @@ def _decoders(limits: Limits) -> tuple[msgspec.json.Decoder[Any], msgspec.json.D
 
     headers = Annotated[dict[text(1, limits.max_header_name), text(0, limits.max_header_value)],  # type: ignore[misc,valid-type]
                         msgspec.Meta(max_length=limits.max_headers)]
-    message = msgspec.defstruct("_Message", [
-        ("id", text(1, limits.max_id) | None, None),
-        ("key", text(0, limits.max_id) | None, None),
-        ("headers", headers | None, None),
-        # Kept as the body's raw JSON: its shape depends on content_type, decided after decoding.
-        ("body", msgspec.Raw | msgspec.UnsetType, msgspec.UNSET),
-        ("body_base64", str | msgspec.UnsetType, msgspec.UNSET),
-        ("content_type", text(1, CONTENT_TYPE_MAX) | None, None),
-        ("timestamp", Annotated[int, msgspec.Meta(ge=0, lt=TIMESTAMP_END)] | None, None),
-    ], forbid_unknown_fields=True)
-    batch = msgspec.defstruct("_Batch", [("messages", list[message])], forbid_unknown_fields=True)  # type: ignore[valid-type]
-    return msgspec.json.Decoder(message), msgspec.json.Decoder(batch)
+
+    def decoders(body: Any) -> tuple[msgspec.json.Decoder[Any], msgspec.json.Decoder[Any]]:
+        message = msgspec.defstruct("_Message", [
+            ("id", text(1, limits.max_id) | None, None),
+            ("key", text(0, limits.max_id) | None, None),
+            ("headers", headers | None, None),
+            ("body", body, msgspec.UNSET),
+            ("body_base64", str | msgspec.UnsetType, msgspec.UNSET),
+            ("content_type", text(1, CONTENT_TYPE_MAX) | None, None),
+            ("timestamp", Annotated[int, msgspec.Meta(ge=0, lt=TIMESTAMP_END)] | None, None),
+        ], forbid_unknown_fields=True)
+        batch = msgspec.defstruct("_Batch", [("messages", list[message])], forbid_unknown_fields=True)  # type: ignore[valid-type]
+        return msgspec.json.Decoder(message), msgspec.json.Decoder(batch)
+
+    # Kept as the body's raw JSON: its shape depends on content_type, decided after decoding.
+    return (*decoders(msgspec.Raw | msgspec.UnsetType), *decoders(str | msgspec.UnsetType))
 
 
 # The node's limits are one value for its life; tests try a few more.
@@ -75,29 +81,64 @@ def decode_publish(raw: bytes, limits: Limits, max_batch: int) -> tuple[list[New
     gives them for ``strict_json(raw)``; None when the body must take that way instead."""
     if b"\\u0000" in raw:
         return None
-    single, batch = _decoders_for(limits)
-    try:
-        if raw.lstrip()[:11] == b'{"messages"':
-            items = batch.decode(raw).messages
-            if not 0 < len(items) <= max_batch:
-                return None
-            is_batch, depth = True, _BODY_DEPTH_BATCH
-        else:
-            items, is_batch, depth = [single.decode(raw)], False, _BODY_DEPTH_SINGLE
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # msgspec recurses into nested JSON
+    single, batch, text_single, text_batch = _decoders_for(limits)
+    is_batch = raw.lstrip()[:11] == b'{"messages"'
+    items = None
+    if b'"body":"' in raw or b'"body": "' in raw:
+        # Likely all string bodies: decoded natively to the end. Any other body fails this
+        # decoding at once, and the body is decoded again below, keeping each body's raw JSON.
+        try:
+            items = text_batch.decode(raw).messages if is_batch else [text_single.decode(raw)]
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # msgspec recurses into nested JSON
+            pass
+    texts = items is not None
+    if items is None:
+        try:
+            items = batch.decode(raw).messages if is_batch else [single.decode(raw)]
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            return None
+    if is_batch and not 0 < len(items) <= max_batch:
         return None
     now_ms = int(time.time() * 1000)
+    depth = _BODY_DEPTH_BATCH if is_batch else _BODY_DEPTH_SINGLE
     max_body = limits.max_body
-    messages = []
+    messages: list[NewMessage] = []
+    append = messages.append
     for item, fresh_id in zip(items, new_ids(len(items)), strict=True):
         # Every field is within its limits already (the decoder checked them); only the body is left.
-        body = _body(item, item.content_type, depth)
-        if body is None or len(body[0]) > max_body:
+        content_type, text = item.content_type, item.body
+        if texts and content_type is not None and text is not UNSET and item.body_base64 is UNSET \
+                and not is_json_type(content_type):
+            try:   # the usual message, inline: a text body of a text type
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:   # a lone surrogate: the whole way names it
+                return None
+        else:
+            body = _text_body(item, content_type) if texts else _body(item, content_type, depth)
+            if body is None:
+                return None
+            data, content_type = body
+        if len(data) > max_body:
             return None
         msg_id, timestamp = item.id, item.timestamp
-        messages.append(NewMessage(fresh_id if msg_id is None else msg_id, item.key, item.headers or {}, body[1],
-                                   body[0], now_ms if timestamp is None else timestamp, msg_id is not None))
+        append(NewMessage(fresh_id if msg_id is None else msg_id, item.key, item.headers or {}, content_type, data,
+                          now_ms if timestamp is None else timestamp, msg_id is not None))
     return messages, is_batch
+
+
+def _text_body(item: Any, content_type: str | None) -> tuple[bytes, str] | None:
+    """:func:`_body` of a message whose body, if any, is a string (decoded natively)."""
+    text = item.body
+    if text is UNSET:
+        return _body(item, content_type, _BODY_DEPTH_SINGLE)   # body_base64 or nothing: no raw JSON is read
+    if item.body_base64 is not UNSET:
+        return None
+    try:
+        if content_type is not None and not is_json_type(content_type):
+            return text.encode("utf-8"), content_type
+        return encode_body({"body": text}, content_type)
+    except (ValueError, BrokerError):  # a lone surrogate: the whole way names it
+        return None
 
 
 def _body(item: Any, content_type: str | None, depth: int) -> tuple[bytes, str] | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from werkzeug.datastructures import EnvironHeaders
 
@@ -29,6 +29,7 @@ from .answers import error_answer
 from .fast_json import answer_bytes
 
 if TYPE_CHECKING:
+    from ..appender import Stored
     from ..node import Node
     from ..publish import PendingPublish
     from ..security import Authorizer
@@ -37,8 +38,18 @@ if TYPE_CHECKING:
 StartResponse = Callable[..., Any]
 # An answer: (status line, headers, body).
 Answer = tuple[str, list[tuple[str, str]], bytes]
-# How an inline publish is answered, from any thread: with what makes its answer, on the loop.
-Respond = Callable[[Callable[[], Answer]], None]
+
+
+class Respond(Protocol):
+    """How an inline publish is answered, from any thread (:class:`broker.aserver.Respond`)."""
+
+    def __call__(self, make: Callable[[], Answer], /) -> None:
+        """Answer with what ``make()`` returns, made on the loop."""
+
+    def soon(self, job: Callable[[], None], /) -> None:
+        """Run ``job()`` on the loop, before the answer."""
+
+
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 PREFIX = "/v1/topics/"
@@ -95,11 +106,20 @@ class PublishFastPath:
                 or not self.node.publisher.answers_inline(topic) or not self._allowed(environ, topic)):
             return False
         try:
-            self.node.publisher.begin(topic, self._body(environ, length), functools.partial(self._committed, respond))
+            self.node.publisher.begin(topic, self._body(environ, length), functools.partial(self._committed, respond),
+                                      functools.partial(self._prepare, respond))
         except Exception as exc:  # noqa: BLE001 - every failure is answered, as Flask's handler would
             refusal = self._answer(*error_answer(exc, self.max_request))
             respond(lambda: refusal)
         return True
+
+    def _prepare(self, respond: Respond, pending: PendingPublish, stored: list[Stored]) -> None:
+        # Run by the writer just before its commit's sync: the loop makes the answer meanwhile
+        # (the sync holds no GIL), so that after the commit it is only sent.
+        respond.soon(functools.partial(self._prepared_answer, pending, stored))
+
+    def _prepared_answer(self, pending: PendingPublish, stored: list[Stored]) -> None:
+        pending.prepared = (stored, self._answer(*self.node.publisher.answer_body(pending.is_batch, stored), {}))
 
     def _committed(self, respond: Respond, pending: PendingPublish) -> None:
         # Run by the writer: the answer is made later, on the loop, so that the writer's next
@@ -107,6 +127,11 @@ class PublishFastPath:
         respond(functools.partial(self._committed_answer, pending))
 
     def _committed_answer(self, pending: PendingPublish) -> Answer:
+        prepared = pending.prepared
+        if prepared is not None and pending.error is None and prepared[0] is pending.stored:
+            # Made while the commit synced, for the coordinates it committed: sent only now.
+            self.node.publisher.settle(pending)
+            return prepared[1]  # type: ignore[no-any-return]
         try:
             status, answer = self.node.publisher.finish(pending)
             headers: dict[str, str] = {}

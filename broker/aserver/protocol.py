@@ -9,7 +9,6 @@ another, so a pipelining client cannot queue more than one read's worth of reque
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
@@ -19,12 +18,11 @@ import httptools
 
 from .framing import MAX_HEADER_BYTES, MAX_HEADERS, Refusal, read_framing, response_head, server_fault, too_large
 from .request import Request, base_environ
-from .wsgi import Outlet
+from .wsgi import InlineReply, Outlet
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
-    from .server import Answer, Server
+    from .server import Server
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +246,7 @@ class Connection(asyncio.Protocol):
         inline = self.server.inline
         if inline is not None and self.server.inline_on_loop:
             try:
-                if inline(environ, functools.partial(self.answer_inline, item)):
+                if inline(environ, InlineReply(self, item)):
                     return
             except Exception:   # a fault of the handler is a JSON 500, not a hung connection
                 log.exception("the inline handler failed on %s %s", item.method, item.url[:200])
@@ -258,10 +256,6 @@ class Connection(asyncio.Protocol):
                 self._serve_next()
                 return
         self.server.hand_over(self, item, environ)
-
-    def answer_inline(self, request: Request, make: Callable[[], Answer]) -> None:
-        """The answer of a request the inline handler took, made by ``make()`` on the loop (any thread)."""
-        self.server.post(self, request, make)
 
     def refuse_inline(self, request: Request, refusal: Refusal) -> None:
         """Answer a request the inline handler took with ``refusal``, then close (the loop's thread)."""
@@ -359,3 +353,4 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
         self.server.forget(self)
+

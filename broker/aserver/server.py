@@ -12,7 +12,8 @@
 Requests go to the WSGI app on ``threads`` worker threads. The ``inline`` handler (the publish
 fast path) is offered each request first, on the loop's thread with ``inline_on_loop``, else on
 the worker thread; a request it takes holds no thread while it commits: the handler answers it
-later, from any thread, and the loop sends the answer.
+later, from any thread, and the loop sends the answer (:class:`Respond`; ``respond.soon(job)``
+lets the loop prepare it first, while the commit syncs).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import uvloop
 
@@ -44,8 +45,18 @@ BACKLOG = 1024
 DRAIN_SWEEP_S = 0.05
 # An answer: (status line, headers, body).
 Answer = tuple[str, list[tuple[str, str]], bytes]
-# How an inline handler answers, from any thread: with what makes the answer, run on the loop.
-Respond = Callable[[Callable[[], Answer]], None]
+
+
+class Respond(Protocol):
+    """How an inline handler answers a request it took, from any thread."""
+
+    def __call__(self, make: Callable[[], Answer], /) -> None:
+        """Answer with what ``make()`` returns, made on the loop."""
+
+    def soon(self, job: Callable[[], None], /) -> None:
+        """Run ``job()`` on the loop, before any answer posted after it (it answers nothing)."""
+
+
 # A handler of requests served on the loop's thread: (environ, respond) -> taken.
 InlineHandler = Callable[[dict[str, Any], Respond], bool]
 
@@ -86,6 +97,7 @@ class Server:
         # Inline answers from other threads, sent by one call on the loop however many are posted:
         # a commit answers a whole batch of publishes, and each wake-up of the loop is a syscall.
         self._outbox: list[tuple[Connection, Request, Callable[[], Answer]]] = []
+        self._jobs: list[Callable[[], None]] = []   # run on the loop before the outbox's answers
         self._outbox_lock = threading.Lock()
         # Publishes the loop hands to the worker threads in this turn of the loop (hand_over).
         self._handover: list[tuple[Connection, Request, dict[str, Any]]] = []
@@ -168,16 +180,33 @@ class Server:
         """Queue an inline request's answer for the loop to make (``make()``) and send (any thread)."""
         with self._outbox_lock:
             self._outbox.append((connection, request, make))
-            first = len(self._outbox) == 1
+            first = len(self._outbox) + len(self._jobs) == 1
         if first:
-            try:
-                self.event_loop().call_soon_threadsafe(self._send_posted)
-            except RuntimeError:
-                pass   # the loop has ended (the node stopped): its connections are gone too
+            self._wake_loop()
+
+    def post_job(self, job: Callable[[], None]) -> None:
+        """Queue ``job()`` for the loop, run before the answers posted after it (any thread)."""
+        with self._outbox_lock:
+            self._jobs.append(job)
+            first = len(self._outbox) + len(self._jobs) == 1
+        if first:
+            self._wake_loop()
+
+    def _wake_loop(self) -> None:
+        try:
+            self.event_loop().call_soon_threadsafe(self._send_posted)
+        except RuntimeError:
+            pass   # the loop has ended (the node stopped): its connections are gone too
 
     def _send_posted(self) -> None:
         with self._outbox_lock:
             posted, self._outbox = self._outbox, []
+            jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            try:
+                job()
+            except Exception:   # a job only prepares: the answer after it is still made and sent
+                log.exception("a job posted to the loop failed")
         for connection, request, make in posted:
             try:
                 status, headers, body = make()

@@ -19,6 +19,7 @@ from .framing import response_head, server_fault
 if TYPE_CHECKING:
     from .protocol import Connection
     from .request import Request
+    from .server import Answer as InlineAnswer
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,24 @@ class Outlet:
             self.ready.notify_all()
 
 
+class InlineReply:
+    """How the inline handler answers a request it took (:class:`~.server.Respond`), from any thread."""
+
+    __slots__ = ("connection", "request")
+
+    def __init__(self, connection: Connection, request: Request) -> None:
+        self.connection = connection
+        self.request = request
+
+    def __call__(self, make: Callable[[], InlineAnswer], /) -> None:
+        """The request's answer, made by ``make()`` on the loop."""
+        self.connection.server.post(self.connection, self.request, make)
+
+    def soon(self, job: Callable[[], None], /) -> None:
+        """Run ``job()`` on the loop before the answer (it may prepare it)."""
+        self.connection.server.post_job(job)
+
+
 class WorkerPool:
     """``size`` daemon threads running jobs in turn: a stopping node never waits for a long poll."""
 
@@ -140,7 +159,7 @@ def take_inline(connection: Connection, request: Request, environ: dict[str, Any
     if inline is None or server.inline_on_loop:
         return False
     try:
-        return inline(environ, functools.partial(connection.answer_inline, request))
+        return inline(environ, InlineReply(connection, request))
     except Exception:
         log.exception("the inline handler failed on %s %s", request.method, request.url[:200])
         _send_fault(connection, request)

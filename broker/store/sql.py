@@ -360,6 +360,8 @@ class AppendTransaction:
         # What the writer builds each row with (see Store.sqlite_row).
         self.row: RowOf = Store.sqlite_row if store.dialect == "sqlite" else Store.row
         self._claims: dict[str, TopicClaim | None] = {}  # what lock_topics read
+        # SQLite's own connection, for the writer's statements (see _executemany).
+        self._raw: Any = conn.connection.dbapi_connection if store.dialect == "sqlite" else None
 
     def lock_topics(self, names: Sequence[str], lock_timeout_ms: int) -> None:
         """Lock the rows of the topics ``names`` until commit, in one statement; :meth:`lock_topic`
@@ -421,10 +423,10 @@ class AppendTransaction:
             finally:
                 cursor.close()
         elif rows:
-            conn.exec_driver_sql(f'INSERT INTO toymb_messages ({_MESSAGE_COLUMNS}) VALUES ({", ".join([mark] * 9)})',
-                                 rows)
+            self._executemany(f'INSERT INTO toymb_messages ({_MESSAGE_COLUMNS}) VALUES ({", ".join([mark] * 9)})',
+                              rows)
         if given_ids:
-            conn.exec_driver_sql(
+            self._executemany(
                 f'INSERT INTO toymb_message_ids (topic, id, "partition", "offset") VALUES ({", ".join([mark] * 4)})',
                 given_ids)
         if ends and dialect == "postgresql":
@@ -443,6 +445,16 @@ class AppendTransaction:
                 'WHERE p.topic = %s AND p."partition" = v.pa',
                 [(parts, nexts, topic) for topic, (parts, nexts) in by_topic.items()])
         elif ends:
-            conn.exec_driver_sql(
+            self._executemany(
                 f'UPDATE toymb_partitions SET next_offset = {mark} WHERE topic = {mark} AND "partition" = {mark}',
                 [(n, t, p) for (t, p), n in ends.items()])
+
+    def _executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``statement`` once per row. On SQLite on the DBAPI's own connection: SQLAlchemy's
+        execution context around each call (a cursor wrapper, the statement's bookkeeping, a
+        result object) was about 0.2 µs of the writer's CPU per message, with two or three calls
+        a commit. Its errors are then sqlite3's, which :mod:`broker.store.errors` names."""
+        if self._raw is not None:
+            self._raw.executemany(statement, rows)
+        else:
+            self._conn.exec_driver_sql(statement, rows)

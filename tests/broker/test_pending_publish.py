@@ -3,23 +3,29 @@ each hears its own outcome from the writer, once, whatever the others' do."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from broker.appender import Appender
+from broker.appender import Appender, Stored
 from broker.envelope import NewMessage
 from broker.errors import BadRequest
 from broker.publish import PendingPublish
 from broker.store import open_store
+from broker.store.sql import Store
 
 
 def _msg(msg_id: str) -> NewMessage:
     return NewMessage(msg_id, "k", {}, "text/plain", msg_id.encode())
 
 
-def _commit_together(url: str, ids: list[str], then: dict[str, object]) -> dict[str, PendingPublish]:
-    """Queue a publish of each id before the writer runs (so one group commit drains them all)."""
+def _commit_together(url: str, ids: list[str], then: dict[str, object],
+                     told_early: list[tuple[str, list[Stored], bool]] | None = None) -> dict[str, PendingPublish]:
+    """Queue a publish of each id before the writer runs (so one group commit drains them all).
+
+    With ``told_early``: each publish's ``prepare`` is recorded there, as (id, coordinates,
+    whether its outcome was already told)."""
     store = open_store(url)
     store.create_schema()
     topic, _ = store.ensure_topic("t", 4)
@@ -31,7 +37,10 @@ def _commit_together(url: str, ids: list[str], then: dict[str, object]) -> dict[
             told.append(msg_id)
             if then.get(msg_id) == "raise":
                 raise RuntimeError("the answer could not be made")
-        pendings[msg_id] = PendingPublish(0.0, False, answer)
+        def early(pending: PendingPublish, stored: list[Stored], msg_id: str = msg_id) -> None:
+            assert told_early is not None
+            told_early.append((msg_id, stored, msg_id in told))
+        pendings[msg_id] = PendingPublish(0.0, False, answer, early if told_early is not None else None)
         appender.enqueue(topic, [_msg(msg_id)], pendings[msg_id])
     appender.start()
     appender.stop()   # after the queued requests: they are all answered when it returns
@@ -53,3 +62,52 @@ def test_a_publish_the_store_refuses_hears_it_alone(request: pytest.FixtureReque
     pendings = _commit_together(url, ["honest-0", evil, "honest-1"], {})
     assert isinstance(pendings[evil].error, BadRequest) and pendings[evil].stored is None
     assert pendings["honest-0"].stored is not None and pendings["honest-1"].stored is not None
+
+
+def test_coordinates_told_before_the_commit_are_the_ones_it_committed(request: pytest.FixtureRequest) -> None:
+    # An answer made from what ``prepare`` told (while the commit syncs) must be the committed
+    # one: told before the outcome, the very list the outcome then gives. A group commit that
+    # fails (PostgreSQL refuses the NUL) is redone one by one: the redo's coordinates are told
+    # again, and the refused publish is never told any.
+    url = str(request.getfixturevalue("pg_url"))
+    evil = "evil\u0000"
+    early: list[tuple[str, list[Stored], bool]] = []
+    pendings = _commit_together(url, ["honest-0", evil, "honest-1"], {}, early)
+    assert evil not in [msg_id for msg_id, _, _ in early]
+    for msg_id in ("honest-0", "honest-1"):
+        last = [(stored, late) for told_id, stored, late in early if told_id == msg_id][-1]
+        assert last[0] is pendings[msg_id].stored and not last[1]
+
+
+def test_coordinates_told_before_the_commit_on_sqlite(tmp_path: Path) -> None:
+    early: list[tuple[str, list[Stored], bool]] = []
+    pendings = _commit_together(f"sqlite:///{tmp_path / 'toymb.db'}", ["a", "b", "c"], {}, early)
+    assert sorted(msg_id for msg_id, _, _ in early) == ["a", "b", "c"]
+    assert all(stored is pendings[msg_id].stored and not late for msg_id, stored, late in early)
+
+
+def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path: Path) -> None:
+    # The SQLite writer's statements raise sqlite3's own errors (no SQLAlchemy wrapper): a value
+    # SQLite refuses (a body over its length limit, lowered here on the writer's connection) is
+    # still the publisher's 400, and the publishes committed with it are stored.
+    store = Store(f"sqlite:///{tmp_path / 'toymb.db'}")
+    store.create_schema()
+    topic, _ = store.ensure_topic("t", 4)
+    with store.append_transaction():
+        pass   # opens the writer's own connection, kept between transactions
+    assert store._writer_conn is not None
+    writer = store._writer_conn.connection.dbapi_connection
+    assert isinstance(writer, sqlite3.Connection)
+    writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    appender = Appender(store)
+    pendings = {}
+    for msg_id, size in (("ok-0", 10), ("big", 5000), ("ok-1", 10)):
+        pendings[msg_id] = PendingPublish(0.0, False, lambda pending: None)
+        appender.enqueue(topic, [NewMessage(msg_id, None, {}, "text/plain", b"x" * size)], pendings[msg_id])
+    appender.start()
+    appender.stop()
+    error = pendings["big"].error
+    assert isinstance(error, BadRequest) and error.code == "bad_value" and pendings["big"].stored is None
+    assert pendings["ok-0"].stored is not None and pendings["ok-1"].stored is not None
+    assert store.count_messages("t") == 2
+    store.dispose()
