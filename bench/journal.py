@@ -108,7 +108,7 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
     progress = [p for p in query.recentProgress if p["sources"][0]["startOffset"] != p["sources"][0]["endOffset"]]
     if os.environ.get("TOYMB_BENCH_VERBOSE"):
         for p in progress:
-            print("journal batch", p["batchId"], p["durationMs"])
+            print("journal batch", p["batchId"], p["timestamp"], p["durationMs"])
     # recentProgress keeps the last 100 batches; the bench's runs have fewer.
     batches = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
     journal.dispose()

@@ -29,13 +29,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from .errors import JournalError
-from .schema import as_spark_schema
+from .schema import COLUMNS, as_spark_schema
 from .source import INITIAL_OFFSET_FILE, Offsets, plan_ranges
 
 if TYPE_CHECKING:
     from broker.store.journal import Range
 
 TABLE = "toymb_messages"
+TASK_COLUMN = "toymb_task"   # which Spark task reads a row, in a tagged_ranges_table
+# SQLite refuses a compound SELECT of more than 500 arms (SQLITE_MAX_COMPOUND_SELECT): a batch of
+# more ranges than this reads them OR-ed, as other stores do.
+MAX_UNION_ARMS = 400
 FETCH_ROWS = 5000          # rows per JDBC fetch: a bounded buffer per task
 SQLITE_BUSY_MS = 30000     # a reader waits this long for a writer's checkpoint of the WAL
 # How Spark fetches SQLite's columns (its JDBC reader's ``customSchema``). By default text arrives
@@ -43,7 +47,8 @@ SQLITE_BUSY_MS = 30000     # a reader waits this long for a writer's checkpoint 
 # BIGINT through getBigDecimal (SQLite reports it unsigned, DECIMAL(20,0)) and a cast: a sixth
 # of the read's CPU (measured). As bytes and longs, each value is one copy; the cast to the source's
 # types then only wraps the bytes (SQLite keeps text as UTF-8).
-SQLITE_FETCH_TYPES = ", ".join([*(f"`{name}` BINARY" for name in ("id", "topic", "key", "headers", "content_type")),
+SQLITE_FETCH_TYPES = ", ".join([*(f"`{name}` BINARY" for name in ("id", "topic", "key", "headers", "content_type",
+                                                                    "body")),
                                 "`partition` INT", "`offset` BIGINT", "`timestamp` BIGINT"])
 
 
@@ -57,6 +62,9 @@ class JdbcStore:
 
     url: str
     properties: dict[str, str]
+    # Each task's rows as one UNION ALL arm per range (:func:`tagged_ranges_table`) rather than
+    # one OR of the ranges: measured for SQLite only.
+    union_ranges: bool = False
 
 
 def jdbc_store(store_url: str) -> JdbcStore:
@@ -75,7 +83,7 @@ def jdbc_store(store_url: str) -> JdbcStore:
         path = os.path.abspath(url.database)
         return JdbcStore(f"jdbc:sqlite:{path}", {**props, "driver": "org.sqlite.JDBC",
                                                   "busy_timeout": str(SQLITE_BUSY_MS),
-                                                  "customSchema": SQLITE_FETCH_TYPES})
+                                                  "customSchema": SQLITE_FETCH_TYPES}, union_ranges=True)
     auth = {k: v for k, v in (("user", url.username), ("password", url.password)) if v}
     where = f"//{url.host or '127.0.0.1'}{f':{url.port}' if url.port else ''}/{url.database or ''}"
     if backend == "postgresql":
@@ -91,6 +99,22 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def tagged_ranges_table(groups: Sequence[Sequence[Range]]) -> str:
+    """The rows of ``groups`` as a subquery: one ``UNION ALL`` arm per range, tagged with its group's
+    index in ``TASK_COLUMN``, so that the predicate ``TASK_COLUMN = k`` selects task k's rows.
+
+    Why: with the ranges OR-ed in one WHERE, SQLite reads each range by the primary key's index and
+    also records every row in a set to drop duplicates between the OR's terms; the ranges never
+    overlap, and one arm per range skips that set. SQLite pushes ``TASK_COLUMN = k`` into each arm, and
+    an arm of another task is a constant false it does not read (task CPU of the read, 300,000 rows,
+    two tasks: 0.32 µs a row less, 9% of the read; README).
+    """
+    columns = ", ".join(f'"{name}"' for name in COLUMNS)
+    arms = [f"SELECT {k} AS {TASK_COLUMN}, {columns} FROM {TABLE} WHERE {range_predicate([r])}"
+            for k, group in enumerate(groups) for r in group]
+    return f"({' UNION ALL '.join(arms)}) AS toymb_batch"
+
+
 def range_predicate(ranges: Sequence[Range]) -> str:
     """The SQL condition selecting exactly the rows of ``ranges`` (the store's primary key order)."""
     return " OR ".join(f'(topic = {_literal(t)} AND "partition" = {int(p)} '
@@ -103,8 +127,12 @@ def read_ranges_jdbc(spark: Any, store: JdbcStore, groups: Sequence[Sequence[Ran
 
     ``ordered`` sorts each task's rows by (topic, partition, offset), the order a bridge sends in.
     """
-    predicates = [range_predicate(g) for g in groups if g] or ["1 = 0"]
-    raw = spark.read.jdbc(store.url, TABLE, predicates=predicates, properties=store.properties)
+    groups = [g for g in groups if g]
+    if store.union_ranges and 0 < sum(len(g) for g in groups) <= MAX_UNION_ARMS:
+        table, predicates = tagged_ranges_table(groups), [f"{TASK_COLUMN} = {k}" for k in range(len(groups))]
+    else:
+        table, predicates = TABLE, [range_predicate(g) for g in groups] or ["1 = 0"]
+    raw = spark.read.jdbc(store.url, table, predicates=predicates, properties=store.properties)
     # The drivers type columns their own way (SQLite's are fetched as SQLITE_FETCH_TYPES).
     typed = as_spark_schema(raw)
     return typed.sortWithinPartitions("topic", "partition", "offset") if ordered else typed

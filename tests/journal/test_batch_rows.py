@@ -13,6 +13,7 @@ from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.store.journal import JournalStore
 from broker.store.sql import Store
+from journal_spark import batch_rows
 from journal_spark.batch_rows import (
     BatchReader,
     UnsupportedStore,
@@ -70,6 +71,29 @@ def test_the_jdbc_reader_reads_exactly_the_planned_rows(spark: Any, tmp_path: Pa
         keys = [(r.topic, r.partition, r.offset) for r in part]
         assert keys == sorted(keys)
     assert read_ranges_jdbc(spark, jdbc_store(url), []).count() == 0
+    store.dispose()
+
+
+def test_a_batch_of_more_ranges_than_sqlite_takes_in_one_union_reads_them_or_ed(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite reads a task's ranges as UNION ALL arms up to MAX_UNION_ARMS, past that OR-ed: the same rows."""
+    url = f"sqlite:///{tmp_path / 'toymb.db'}"
+    store = fill_store(url, {"orders": (4, 400), "audit": (2, 100)})
+    planned = plan_ranges({"orders": [10, 0, 50]}, read_end_offsets(JournalStore.of(store)), 2)[0]
+    groups = [planned[:3], planned[3:]]   # two tasks (a batch this small is planned as one)
+    ranges = len(planned)
+    assert len(groups) == 2 and ranges >= 6 and jdbc_store(url).union_ranges
+
+    def read() -> list[tuple[int, str, int, int]]:
+        df = read_ranges_jdbc(spark, jdbc_store(url), groups)
+        return sorted((task, r.topic, r.partition, r.offset)
+                      for task, part in enumerate(df.rdd.glom().collect()) for r in part)
+
+    unioned = read()
+    monkeypatch.setattr(batch_rows, "MAX_UNION_ARMS", ranges - 1)
+    assert read() == unioned
+    want = sorted((task, t, p, o) for task, g in enumerate(groups) for t, p, lo, hi in g for o in range(lo, hi))
+    assert unioned == want
     store.dispose()
 
 
