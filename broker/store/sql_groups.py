@@ -6,7 +6,9 @@ Only storage: every rule (limits, conflicts, when to rebalance, the fair read) i
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -61,6 +63,14 @@ class SqlGroupTables:
     def __init__(self, store: Store) -> None:
         self.engine = store.engine
         self.store = store
+        # SQLite's driver lets go of the GIL for every row it steps to. With a dozen push rounds
+        # reading at once, each of those let-gos handed the GIL to another thread and cost a
+        # context switch to get back (316 switches and 5.6 ms of CPU per 100-message push on the
+        # drain bench; one reader at a time: 16 switches, 2.2 ms). The rows come from the page
+        # cache, so readers lose no parallelism waiting here; over a network (PostgreSQL,
+        # MariaDB) the wait is the round trip, and reads overlap.
+        self._read_turn: contextlib.AbstractContextManager[Any] = (
+            threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -299,7 +309,7 @@ class SqlGroupTables:
         out: list[_Read] = []
         items = sorted(windows.items())
         mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
-        with self.engine.connect() as conn:
+        with self._read_turn, self.engine.connect() as conn:
             cursor = conn.connection.cursor()
             try:
                 for i in range(0, len(items), _OR_CHUNK):
