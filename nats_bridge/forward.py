@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -136,6 +137,20 @@ async def pull_subscription(bridge: Bridge, key: str) -> tuple[str, Any]:
     return stream, sub
 
 
+async def fetched(bridge: Bridge, sub: Any) -> AsyncIterator[list[Msg]]:
+    """The batches a pull subscription fetches for ``bridge``, forever; a failed fetch is retried."""
+    while True:
+        try:
+            msgs = await sub.fetch(min(BATCH, bridge.config.max_in_flight), timeout=1)
+        except (NatsTimeout, TimeoutError):    # nats-py raises either when nothing came
+            continue
+        except (NatsError, JetStreamError) as exc:
+            log.warning("%s: fetching from JetStream failed (%s); retrying", bridge.name, exc)
+            await asyncio.sleep(0.5)
+            continue
+        yield msgs
+
+
 async def release(puller: asyncio.Task[None] | None, sub: Any) -> None:
     """Stop a bridge's puller and drop its subscription (a pull one's fetch inbox: the durable stays)."""
     if puller is not None:
@@ -168,15 +183,7 @@ class NatsToJmsForward(Bridge):
         await self._forward(msg)
 
     async def _pull(self) -> None:
-        while True:
-            try:
-                msgs = await self._sub.fetch(min(BATCH, self.config.max_in_flight), timeout=1)
-            except (NatsTimeout, TimeoutError):    # nats-py raises either when nothing came
-                continue
-            except (NatsError, JetStreamError) as exc:
-                log.warning("%s: fetching from JetStream failed (%s); retrying", self.name, exc)
-                await asyncio.sleep(0.5)
-                continue
+        async for msgs in fetched(self, self._sub):
             for msg in msgs:
                 if await self._forward(msg):
                     await self._ack_nats(msg)

@@ -19,9 +19,6 @@ import logging
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import Error as JetStreamError
 
 from driver import Template
 from driver.errors import HTTPStatusError, ToyMBError
@@ -30,7 +27,7 @@ from journal_spark.routes import HOPS_HEADER, MAX_HOPS, ORIGIN_HEADER, DataError
 from .bridge import Bridge, Runtime
 from .config import BridgeConfig
 from .errors import DecodeError
-from .forward import BATCH, RETRY_INITIAL_S, _backoff, pull_subscription, release
+from .forward import RETRY_INITIAL_S, _backoff, fetched, pull_subscription, release
 from .mapping import from_nats
 
 log = logging.getLogger(__name__)
@@ -82,15 +79,7 @@ class JetStreamIngress(Bridge):
                 "content_type": "application/octet-stream", "body_base64": base64.b64encode(message.body).decode()}
 
     async def _pull(self) -> None:
-        while True:
-            try:
-                msgs = await self._sub.fetch(min(BATCH, self.config.max_in_flight), timeout=1)
-            except (NatsTimeout, TimeoutError):    # nats-py raises either when nothing came
-                continue
-            except (NatsError, JetStreamError) as exc:
-                log.warning("%s: fetching from JetStream failed (%s); retrying", self.name, exc)
-                await asyncio.sleep(0.5)
-                continue
+        async for msgs in fetched(self, self._sub):
             batch: list[tuple[Msg, dict[str, Any]]] = []
             for msg in msgs:
                 self.rt.metrics.received_count.labels(self.name).inc()
