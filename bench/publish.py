@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -28,15 +30,27 @@ SINGLE_CONNECTIONS = 32
 
 
 def _batch_client(url: str, seconds: float, result: Any) -> None:
-    session = requests.Session()
+    """One connection posting batches back to back, counting the messages answered 201.
+
+    On http.client, not requests: requests spent about 1.2 ms of CPU on each 100-message post
+    (12 µs a message, two thirds of the node's own) on the node's cores, http.client about 0.35 ms.
+    """
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
     payload = json.dumps({"messages": [{"key": f"k{i}", "body": BODY, "content_type": "text/plain"}
-                                       for i in range(BATCH)]})
+                                       for i in range(BATCH)]}).encode()
+    headers = {"Content-Type": "application/json"}
     sent = 0
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        r = session.post(url, data=payload, headers={"Content-Type": "application/json"}, timeout=30)
-        if r.status_code == 201:
-            sent += BATCH
+    try:
+        while time.perf_counter() < deadline:
+            conn.request("POST", parts.path, body=payload, headers=headers)
+            answer = conn.getresponse()
+            answer.read()
+            if answer.status == 201:
+                sent += BATCH
+    finally:
+        conn.close()
     result.put(sent)
 
 
