@@ -95,15 +95,16 @@ def _dumps(envelope: dict[str, Any]) -> bytes:
 def fit_envelopes(rows: list[Any], wanted: set[tuple[int, int]] | None, attempt: Callable[[Any], int],
                   max_bytes: int) -> tuple[list[Any], list[bytes]]:
     """A prefix of ``rows`` whose wanted messages' envelopes weigh at most ``max_bytes`` (at least
-    one), and those envelopes. Rows a filter left out weigh nothing: they are not sent. ``wanted``
-    None: every row is (no filter)."""
+    one), and those envelopes. Each weighs its UTF-8 bytes and the comma that separates it from the
+    next. Rows a filter left out weigh nothing: they are not sent. ``wanted`` None: every row is
+    (no filter)."""
     kept: list[Any] = []
     envelopes: list[bytes] = []
     total = 0
     for row in rows:
         if wanted is None or (row.partition, row.offset) in wanted:
             text = envelope_json(row, attempt(row))
-            total += len(text)
+            total += len(text) + 1
             if envelopes and total > max_bytes:
                 break
             envelopes.append(text)

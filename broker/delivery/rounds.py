@@ -54,7 +54,9 @@ class RoundSender:
         def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
             return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
 
-        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes)
+        # The cap is on the whole request body: the batch's own members and commas count too.
+        frame = len(batch_body(target.sub.id, state.topic, state.group, []))
+        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes - frame)
         # Below the cap, the read took everything each partition had; otherwise look again.
         more = len(read) >= limit or len(rows) < len(read)
         got = {r.partition for r in rows}
