@@ -41,11 +41,11 @@ def envelope_json(row: Any) -> str:
     return json.dumps(render_row(row), separators=(",", ":"), ensure_ascii=False)
 
 
-def batch_body(subscriber_id: str, topic: str, group: str, envelopes: list[str]) -> bytes:
-    """``{"subscriber_id", "topic", "group", "messages": [envelope...]}`` from pre-rendered envelopes."""
+def batch_body(subscriber_id: str, topic: str, group: str, envelopes: list[bytes]) -> bytes:
+    """``{"subscriber_id", "topic", "group", "messages": [envelope...]}`` from pre-rendered UTF-8 envelopes."""
     head = json.dumps({"subscriber_id": subscriber_id, "topic": topic, "group": group},
-                      separators=(",", ":"), ensure_ascii=False)
-    return (head[:-1] + ',"messages":[' + ",".join(envelopes) + "]}").encode("utf-8")
+                      separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return b"".join((head[:-1], b',"messages":[', b",".join(envelopes), b"]}"))
 
 
 def compat_message_id(partition: int, offset: int) -> int:

@@ -92,17 +92,12 @@ class Pusher:
         ``Content-Type`` replaces the default ``application/json``.
         """
         deadline = time.monotonic() + self.timeout
-        parts = urlsplit(url)
-        scheme, host = parts.scheme, parts.hostname or ""
-        port = parts.port or (443 if scheme == "https" else 80)
-        target = quote(parts.path or "/", safe=_PATH_SAFE) + (f"?{quote(parts.query, safe=_PATH_SAFE)}"
-                                                              if parts.query else "")
+        key, target, netloc = _parse(url)
         extra = dict(headers or {})
         content_type = extra.pop("Content-Type", "application/json")
         lines = "".join(f"{name}: {_no_breaks(value)}\r\n" for name, value in extra.items())
-        head = (f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: {_no_breaks(content_type)}\r\n"
+        head = (f"POST {target} HTTP/1.1\r\nHost: {netloc}\r\nContent-Type: {_no_breaks(content_type)}\r\n"
                 f"Content-Length: {len(body)}\r\nUser-Agent: toymb-push\r\n{lines}\r\n").encode("ascii", "replace")
-        key = (scheme, host.lower(), port)
         conn = self._checkout(key)
         if conn is not None:
             try:
@@ -206,6 +201,18 @@ class Pusher:
         if 200 <= status < 300:
             return Outcome(True, f"http {status}", status=status)
         return Outcome(False, f"http {status}", status=status)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(url: str) -> tuple[tuple[str, str, int], str, str]:
+    """A push URL's connection key (scheme, host, port), request target and Host header, worked
+    out once per URL: every push to a subscriber goes to the same one."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme, parts.hostname or ""
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = quote(parts.path or "/", safe=_PATH_SAFE) + (f"?{quote(parts.query, safe=_PATH_SAFE)}"
+                                                          if parts.query else "")
+    return (scheme, host.lower(), port), target, parts.netloc
 
 
 def _no_breaks(value: str) -> str:

@@ -48,12 +48,15 @@ class RoundSender:
             policy = state.policy
         limit = 1 if careful else s.push_batch
         read = self.groups.read(state.topic, starts, limit, ends)
-        wanted = {(r.partition, r.offset) for r in read if policy.matches(r)}
+        # Without a filter every message is wanted: no set of them to build and look up per row.
+        wanted = None if policy.filter is None else {(r.partition, r.offset) for r in read if policy.matches(r)}
 
         def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
             return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
 
-        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes)
+        # The cap is on the whole request body: the batch's own members and commas count too.
+        frame = len(batch_body(target.sub.id, state.topic, state.group, []))
+        rows, envelopes = fit_envelopes(read, wanted, attempt, s.push_max_bytes - frame)
         # Below the cap, the read took everything each partition had; otherwise look again.
         more = len(read) >= limit or len(rows) < len(read)
         got = {r.partition for r in rows}
@@ -80,7 +83,7 @@ class RoundSender:
             p = row.partition
             if p in failed:
                 continue  # keep order: nothing after a failed message of the same partition
-            if (p, row.offset) in wanted:
+            if wanted is None or (p, row.offset) in wanted:
                 outcome = batch if batch is not None else self._post_one(state, target, row, attempt(row))
                 if not outcome.ok:
                     failed[p] = (row, outcome)
@@ -96,9 +99,10 @@ class RoundSender:
         if failed:
             self.failures.handle(state, target, failed)
 
-    def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]], body: bytes) -> dict[str, str]:
+    def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]] | None,
+                 body: bytes) -> dict[str, str]:
         """The signature headers of a push (none when the subscriber has no secret)."""
-        pushed = [(r.partition, r.offset) for r in rows if (r.partition, r.offset) in wanted]
+        pushed = [(r.partition, r.offset) for r in rows if wanted is None or (r.partition, r.offset) in wanted]
         return push_headers(target.sub.id, target.options, push_id(target.sub.group, pushed), body)
 
     def _post_one(self, state: GroupLanes, target: Target, row: Any, attempt: int) -> Outcome:

@@ -130,6 +130,8 @@ class Store:
         self._writer: Engine | None = None
         self._writer_conn: Connection | None = None   # the writer's own, kept open (a SQLite file)
         self._lazy: Engine | None = None
+        # Run by dispose(): the users of connections they keep open close them.
+        self.on_dispose: list[Callable[[], None]] = []
 
     @property
     def dialect(self) -> str:
@@ -163,6 +165,8 @@ class Store:
             return False
 
     def dispose(self) -> None:
+        for close in self.on_dispose:
+            close()
         self._close_writer_connection()
         self.engine.dispose()
         if self._writer is not None:

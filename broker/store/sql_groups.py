@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, bindparam, delete, func, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .group_tables import Plan, StoredRow, StoredSize, Subscriber, Windows
@@ -69,8 +69,14 @@ class SqlGroupTables:
         # drain bench; one reader at a time: 16 switches, 2.2 ms). The rows come from the page
         # cache, so readers lose no parallelism waiting here; over a network (PostgreSQL,
         # MariaDB) the wait is the round trip, and reads overlap.
+        self._sqlite = self.engine.dialect.name == "sqlite"
         self._read_turn: contextlib.AbstractContextManager[Any] = (
-            threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext())
+            threading.Lock() if self._sqlite else contextlib.nullcontext())
+        # Taking turns, SQLite's readers need one connection, kept open: checking one out of the
+        # pool and resetting it on return cost more than reading a push's hundred rows, and a
+        # kept connection keeps its page cache from one read to the next (until a commit).
+        self._reader: Connection | None = None
+        store.on_dispose.append(self._close_reader)
 
     # -- subscribers --------------------------------------------------------------------------
 
@@ -308,8 +314,8 @@ class SqlGroupTables:
     def _windows(self, topic: str, windows: Windows, columns: str, make: Callable[[Any], _Read]) -> list[_Read]:
         out: list[_Read] = []
         items = sorted(windows.items())
-        mark = "?" if self.engine.dialect.name == "sqlite" else "%s"
-        with self._read_turn, self.engine.connect() as conn:
+        mark = "?" if self._sqlite else "%s"
+        with self._read_turn, self._reading() as conn:
             cursor = conn.connection.cursor()
             try:
                 for i in range(0, len(items), _OR_CHUNK):
@@ -322,6 +328,29 @@ class SqlGroupTables:
             finally:
                 cursor.close()
         return out
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection for message windows: on SQLite the kept one (the caller holds the read
+        turn), elsewhere one from the pool. Its statements run on the driver's cursor, outside any
+        transaction of SQLAlchemy's, so between reads it holds no lock and no snapshot."""
+        if not self._sqlite:
+            with self.engine.connect() as conn:
+                yield conn
+            return
+        if self._reader is None:
+            self._reader = self.engine.connect()
+        try:
+            yield self._reader
+        except BaseException:
+            self._close_reader()  # a broken connection is not kept: the next read opens another
+            raise
+
+    def _close_reader(self) -> None:
+        conn, self._reader = self._reader, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # it is being dropped either way
+                conn.close()
 
     def first_offsets(self, topic: str, starts: dict[int, int]) -> dict[int, int]:
         m = messages.c
