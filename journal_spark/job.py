@@ -40,8 +40,7 @@ class Sink(Protocol):
     ``write_batch`` must be idempotent per ``batch_id``: Spark calls it again with the same id and
     the same rows after a crash. ``start`` is where a brand-new checkpoint begins:
     ``journaled`` (what the journal table holds), ``earliest`` or ``latest``. An ``ordered``
-    sink gets each Spark task's rows in (topic, partition, offset) order. A sink with a
-    ``tasks_per_core`` attribute gets a big batch in that many Spark tasks per core (default 1).
+    sink gets each Spark task's rows in (topic, partition, offset) order.
     """
 
     name: str
@@ -251,8 +250,8 @@ def journal_stream(spark: Any, store_url: str, query_checkpoint: Path, sink: Sin
     from .batch_rows import BatchReader
     from .source import register_private_format
 
-    tasks = spark.sparkContext.defaultParallelism * max(1, int(getattr(sink, "tasks_per_core", 1)))
-    reader = BatchReader(spark, store_url, query_checkpoint, tasks=tasks, ordered=getattr(sink, "ordered", False))
+    reader = BatchReader(spark, store_url, query_checkpoint, tasks=spark.sparkContext.defaultParallelism,
+                         ordered=getattr(sink, "ordered", False))
     deliver = write or sink.write_batch
 
     def on_batch(_planned: Any, batch_id: int) -> None:

@@ -98,12 +98,6 @@ class DeltaSink:
     name = "table"
     start = "journaled"   # a fresh checkpoint resumes where the journal already is
     ordered = False       # Delta sorts each task's rows by its partition columns itself
-    # A big batch is read and written in two Spark tasks per core, not one (a batch under
-    # 5,000 rows a task still gets fewer: source.MIN_TASK_ROWS, so the lag's small batches are
-    # unchanged). CPU-s of the driver and JVM per 1,000 rows, 300,000 bench rows in 200,000-row
-    # batches, one JVM, alternating, on a loaded machine: lower in 4 of 5 pairs (README). Bridges
-    # keep one per core: each of their tasks is a job of its own (toLocalIterator).
-    tasks_per_core = 2
 
     def __init__(self, table_dir: str | Path, checkpoint_dir: str | Path, store: JournalRepository | None,
                  epoch: Callable[[], int] = lambda: 0,
