@@ -231,3 +231,20 @@ def test_options_are_kept_per_scope_and_go_with_their_subscriber(repos: Reposito
     assert groups.options("t", "g") == {"": '{"filter": "msg.key==x"}'}, "a purged subscriber's options go"
     groups.put_options("t", "g", "", None)
     assert groups.options("t", "g") == {}
+
+
+def test_a_read_that_fails_does_not_break_the_reads_after_it(repos: Repositories, appender: Appender) -> None:
+    """On SQLite the push and fetch reads share one kept connection: one that broke is dropped."""
+    topic, _ = repos.messages.ensure_topic("t", 2)
+    fill(appender, topic, {0: 3, 1: 2})
+    groups = repos.groups
+    assert [(r.partition, r.offset) for r in groups.read("t", {0: 0, 1: 0}, 10)] == [(0, 0), (0, 1), (0, 2),
+                                                                                   (1, 0), (1, 1)]
+    tables = groups._tables  # type: ignore[attr-defined]
+    kept = getattr(tables, "_reader", None)
+    if kept is None:
+        pytest.skip("this backend reads on pooled connections: nothing is kept between reads")
+    kept.connection.dbapi_connection.close()  # the kept connection dies under the reader
+    with pytest.raises(Exception):  # noqa: B017 - whatever the driver raises for a closed connection
+        groups.read("t", {0: 0, 1: 0}, 10)
+    assert [(r.partition, r.offset) for r in groups.read("t", {0: 1, 1: 1}, 10)] == [(0, 1), (0, 2), (1, 1)]
