@@ -110,6 +110,7 @@ def build_session(master: str, app_name: str = "toymb-journal", scratch: Scratch
     from .schema import register_functions
     from .source import StoreDataSource
 
+    _without_numpy_converter()
     builder = (SparkSession.builder.master(_with_task_retries(master)).appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -144,6 +145,21 @@ def build_session(master: str, app_name: str = "toymb-journal", scratch: Scratch
     spark.dataSource.register(StoreDataSource)
     register_functions(spark)
     return spark
+
+
+def _without_numpy_converter() -> None:
+    """Take pyspark's numpy converters out of py4j's input converters.
+
+    py4j asks every input converter about every argument of every call to the JVM, and their first
+    answer imports ``pyspark.testing.utils`` to learn whether numpy is installed: that module
+    imports pandas, pyarrow's pandas support and more, about 1.8 CPU-s of every job's start on this
+    project's 2-core machine. The journal never hands a numpy array to the JVM.
+    """
+    from py4j import protocol
+    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+
+    numpy = (NumpyArrayConverter, NumpyScalarConverter)
+    protocol.INPUT_CONVERTER[:] = [c for c in protocol.INPUT_CONVERTER if not isinstance(c, numpy)]
 
 
 @contextlib.contextmanager
