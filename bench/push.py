@@ -1,6 +1,7 @@
 """Push delivery: end-to-end latency at a steady rate, and push throughput against publish throughput.
 
     python -m bench.push [--quick]      (or: toymb bench --only push)
+    python -m bench.push --latency      (the latency part alone, 8 s, printed as JSON)
 
 - Latency: a publisher process sends 5,000 messages a second (a request of 50 messages every
   10 ms on one kept-alive connection, each message stamped with the time its request began to
@@ -262,4 +263,8 @@ def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any
 
 
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv, out_dir=Path("bench/out"))
+    if "--latency" in sys.argv:  # the latency part alone, 8 s, for alternating A/B runs
+        with BenchNode() as bench_node:
+            print(json.dumps(measure_latency(bench_node.url, 8.0)))
+    else:
+        run(quick="--quick" in sys.argv, out_dir=Path("bench/out"))
