@@ -249,6 +249,11 @@ def _headers(value: Any, limits: Limits) -> dict[str, str]:
     return dict(value)
 
 
+# What json.dumps(separators=(",", ":"), ensure_ascii=False, allow_nan=False) makes for each call:
+# made once, as every JSON body of a publish is written with it.
+_BODY_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, str]:
     """Turn ``body`` or ``body_base64`` into stored bytes and their content type."""
     if "body_base64" in obj:
@@ -275,7 +280,7 @@ def encode_body(obj: dict[str, Any], content_type: str | None) -> tuple[bytes, s
     if content_type and not is_json_type(content_type) and isinstance(body, str):
         return _utf8(body, "body"), content_type
     try:
-        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _BODY_JSON.encode(body)
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadRequest(f"body is not JSON: {type(exc).__name__}", code="bad_field", field="body") from None
     return _utf8(text, "body"), content_type or JSON_TYPE

@@ -329,17 +329,20 @@ class Dispatcher:
                     first = not target.first_in_flight
                     if not first and self._extra_running >= self.settings.push_workers:
                         break  # no idle worker for more: never queue behind other subscribers
-                    taken, careful, soonest = self._take(state, target, now)
-                    if not taken:
+                    taken, careful, soonest, more = self._take(state, target, now)
+                    if taken:
+                        target.rounds += 1
+                        if first:
+                            target.first_in_flight = True
+                        else:
+                            self._extra_running += 1
+                        (pool if first else extra_pool).submit(self._round, state, target, taken, first, careful)
+                    if not more:
+                        # Every lane was looked at: none is left ready. Scanning them all again only
+                        # to find that held the GIL between the submit and its round's start.
                         if soonest is not None:
                             self._timer(key, soonest)
                         break
-                    target.rounds += 1
-                    if first:
-                        target.first_in_flight = True
-                    else:
-                        self._extra_running += 1
-                    (pool if first else extra_pool).submit(self._round, state, target, taken, first, careful)
             return self._heap[0][0] if self._heap else now + REFRESH_S
 
     # -- one round ----------------------------------------------------------------------------
@@ -373,7 +376,7 @@ class Dispatcher:
                 self._consider((state.topic, state.group, target.sub.id))
             self._schedule_now()
 
-    def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None]:
+    def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None, bool]:
         """Mark a round's lanes busy (caller holds the lock): a careful one alone (one such round
         at a time per subscriber), else ready ones until their known backlog fills a batch.
 
@@ -384,12 +387,13 @@ class Dispatcher:
         at round robin from where the last round stopped, so a few deep partitions never starve
         the others.
 
-        Returns the lanes, whether they are a careful one, and when none is ready, when the
-        soonest backing-off one will be.
+        Returns the lanes, whether they are a careful one, when the soonest backing-off lane seen
+        will be ready, and whether the scan stopped before looking at every lane (a full batch, a
+        careful lane): only then may another call find more ready lanes.
         """
         sid = target.sub.id
         ready: list[int] = []
-        careful = False
+        careful = more = False
         soonest: float | None = None
         budget = self.settings.push_batch
         partitions = target.partitions
@@ -407,17 +411,18 @@ class Dispatcher:
                 if target.careful_in_flight:
                     continue  # retried heads go one at a time, so dead letters count one by one
                 ready = [p]
-                careful = target.careful_in_flight = True
+                careful = target.careful_in_flight = more = True
                 break
             ready.append(p)
             budget -= max(1, lane.end - lane.position)
             if budget <= 0:
                 target.cursor = start + i + 1
+                more = True
                 break
         for p in ready:
             state.lanes[p].busy = True
             state.lanes[p].dirty = False
-        return ready, careful, (None if ready else soonest)
+        return ready, careful, soonest, more
 
     # -- seek ---------------------------------------------------------------------------------
 
