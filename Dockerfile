@@ -21,20 +21,32 @@ RUN set -e; if ! python3 -c 'import ensurepip' 2>/dev/null; then \
 COPY pyproject.toml deploy/requirements.py /src/
 RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml >/src/requirements.txt \
  && /opt/toymb/bin/pip install -q --no-cache-dir --only-binary=:all: -r /src/requirements.txt
+# The project itself is not pip-installed: its packages are copied into /opt/toymb/app in each
+# image's last layers, which this .pth file puts on the path, and `toymb` is the script pip would
+# write. A change of code then rebuilds those few small layers only; installed by pip, it rebuilt a
+# copy of the whole virtualenv (Spark's included) in the journal's image: 84 s against 12 s for
+# both images on the 2-core machine.
+RUN printf '/opt/toymb/app\n' >"$(/opt/toymb/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/toymb-app.pth" \
+ && printf '#!/opt/toymb/bin/python\nimport sys\nfrom broker.cli import main\nsys.exit(main())\n' >/opt/toymb/bin/toymb \
+ && chmod 755 /opt/toymb/bin/toymb
 
-FROM deps AS build
-COPY README.md /src/
-COPY broker /src/broker
-COPY driver /src/driver
-COPY journal_spark /src/journal_spark
-COPY bench /src/bench
-RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
- && /opt/toymb/bin/pip uninstall -q -y pip setuptools
+# The node's virtualenv as it ships: no pip.
+FROM deps AS venv-node
+RUN /opt/toymb/bin/pip uninstall -q -y pip setuptools
+
+# The project's packages, compiled: what both images copy last.
+FROM runtime AS app
+COPY broker /opt/toymb/app/broker
+COPY driver /opt/toymb/app/driver
+COPY journal_spark /opt/toymb/app/journal_spark
+COPY bench /opt/toymb/app/bench
+RUN python3 -m compileall -q /opt/toymb/app
 
 # A node: `docker run toymb-node serve --help`. (The classic builder builds every stage before its
 # target: the node's come first.)
 FROM runtime AS node
-COPY --from=build /opt/toymb /opt/toymb
+COPY --from=venv-node /opt/toymb /opt/toymb
+COPY --from=app /opt/toymb/app /opt/toymb/app
 ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data TOYMB_PORT=8080 PYTHONDONTWRITEBYTECODE=1
 USER toymb
 WORKDIR /data
@@ -50,10 +62,8 @@ FROM deps AS deps-journal
 RUN /opt/toymb/bin/python /src/requirements.py /src/pyproject.toml --no-core journal >/src/journal.txt \
  && /opt/toymb/bin/pip install -q --no-cache-dir --use-pep517 -r /src/journal.txt
 
-FROM deps-journal AS build-journal
-COPY --from=build /src /src
-RUN /opt/toymb/bin/pip install -q --no-cache-dir --no-deps /src \
- && /opt/toymb/bin/pip uninstall -q -y pip setuptools
+FROM deps-journal AS venv-journal
+RUN /opt/toymb/bin/pip uninstall -q -y pip setuptools
 
 # The journal table's Delta Lake jars and the stores' JDBC drivers, fetched from Maven Central by
 # the project's own script, which also compiles the journal's Java functions against PySpark's jars
@@ -73,8 +83,9 @@ FROM runtime AS journal
 USER root
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends default-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build-journal /opt/toymb /opt/toymb
+COPY --from=venv-journal /opt/toymb /opt/toymb
 COPY --from=delta-jars /opt/delta-jars /opt/delta-jars
+COPY --from=app /opt/toymb/app /opt/toymb/app
 ENV TOYMB_DELTA_JARS=/opt/delta-jars
 ENV PATH=/opt/toymb/bin:$PATH TOYMB_DATA_DIR=/data PYSPARK_PYTHON=/opt/toymb/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/toymb/bin/python PYTHONDONTWRITEBYTECODE=1
