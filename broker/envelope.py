@@ -290,10 +290,13 @@ class _RandomPool:
     """The system's random bytes, read ``IDS`` ids at a time, as hex, handed out once each.
 
     A read of the random source is a system call, and a single publish makes one id: one read per
-    publish cost more than the rest of its id (and several times that on a loaded machine).
+    publish cost more than the rest of its id (and several times that on a loaded machine). A
+    batch takes its ids from the pool too: ``os.urandom`` lets go of the GIL for its system call,
+    and a worker thread that lets go of it while the writer or the loop holds it waits to get it
+    back (two thread switches), once per batch when each batch read its own.
     """
 
-    IDS = 256
+    IDS = 2048   # 32 KiB of random bytes a read (64 KiB of hex digits held)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -309,7 +312,7 @@ class _RandomPool:
         """Hex digits holding ``count`` unused ids of 32 digits, from the returned index on."""
         size = 32 * count
         if count > self.IDS // 4:
-            return os.urandom(16 * count).hex(), 0   # a big batch: a read of its own
+            return os.urandom(16 * count).hex(), 0   # a batch of over 512: a read of its own
         with self._lock:
             if self._at + size > len(self._hex):
                 self._hex, self._at = os.urandom(16 * self.IDS).hex(), 0

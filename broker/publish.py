@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from .topics import Topics
 
 log = logging.getLogger(__name__)
+_DUPLICATE = operator.attrgetter("duplicate")   # of a Stored
 
 
 def check_name(name: Any, what: str = "topic") -> str:
@@ -216,5 +218,5 @@ class Publisher:
 
     def count(self, stored: list[Stored]) -> None:
         """Count stored messages: new ones, and duplicates of ids stored before."""
-        new = sum(1 for s in stored if not s.duplicate)
-        self.metrics.publishes.stored(new, len(stored) - new)
+        duplicates = sum(map(_DUPLICATE, stored))   # a bool is 0 or 1; at half a generator's cost
+        self.metrics.publishes.stored(len(stored) - duplicates, duplicates)

@@ -79,12 +79,14 @@ _BODY_DEPTH_BATCH = 3
 def decode_publish(raw: bytes, limits: Limits, max_batch: int) -> tuple[list[NewMessage], bool] | None:
     """The messages of a publish body and whether it was a batch, as ``Publisher.parse_payload``
     gives them for ``strict_json(raw)``; None when the body must take that way instead."""
-    if b"\\u0000" in raw:
+    # A backslash is found at memory speed (memchr); searching every body for the six bytes of
+    # an escaped NUL cost more than decoding the whole batch (bytes' search is no memchr).
+    if b"\\" in raw and b"\\u0000" in raw:
         return None
     single, batch, text_single, text_batch = _decoders_for(limits)
     is_batch = raw.lstrip()[:11] == b'{"messages"'
     items = None
-    if b'"body":"' in raw or b'"body": "' in raw:
+    if _first_body_is_text(raw):
         # Likely all string bodies: decoded natively to the end. Any other body fails this
         # decoding at once, and the body is decoded again below, keeping each body's raw JSON.
         try:
@@ -104,11 +106,16 @@ def decode_publish(raw: bytes, limits: Limits, max_batch: int) -> tuple[list[New
     max_body = limits.max_body
     messages: list[NewMessage] = []
     append = messages.append
+    # Whether the content type of the message before was a text type (not JSON): a batch's
+    # messages mostly share one, and comparing it costs less than reading it again.
+    last_type: str | None = None
+    plain = False
     for item, fresh_id in zip(items, new_ids(len(items)), strict=True):
         # Every field is within its limits already (the decoder checked them); only the body is left.
         content_type, text = item.content_type, item.body
-        if texts and content_type is not None and text is not UNSET and item.body_base64 is UNSET \
-                and not is_json_type(content_type):
+        if content_type != last_type:
+            last_type, plain = content_type, content_type is not None and not is_json_type(content_type)
+        if texts and plain and text is not UNSET and item.body_base64 is UNSET:
             try:   # the usual message, inline: a text body of a text type
                 data = text.encode("utf-8")
             except UnicodeEncodeError:   # a lone surrogate: the whole way names it
@@ -124,6 +131,20 @@ def decode_publish(raw: bytes, limits: Limits, max_batch: int) -> tuple[list[New
         append(NewMessage(fresh_id if msg_id is None else msg_id, item.key, item.headers or {}, content_type, data,
                           now_ms if timestamp is None else timestamp, msg_id is not None))
     return messages, is_batch
+
+
+def _first_body_is_text(raw: bytes) -> bool:
+    """Whether the first ``"body"`` of ``raw`` is followed by a string: then the body is likely a
+    batch of string bodies, worth the decoder that takes only those (any other body fails it at
+    once, and the raw-JSON decoder takes the body). Only a guess of which decoder to try first:
+    both give the same messages. Looked at once, near the start, not searched for through the
+    whole body: ``json.dumps`` writes ``"body": "``, and a search for ``"body":"`` that finds
+    nothing reads every byte."""
+    at = raw.find(b'"body"')
+    if at < 0:
+        return False
+    after = raw[at + 6 : at + 64].lstrip()
+    return after[:1] == b":" and after[1:].lstrip()[:1] == b'"'
 
 
 def _text_body(item: Any, content_type: str | None) -> tuple[bytes, str] | None:

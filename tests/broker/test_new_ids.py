@@ -8,7 +8,7 @@ from broker.envelope import new_ids
 
 
 def test_ids_are_unique_across_calls_of_every_size() -> None:
-    ids = [i for count in (1, 3, 64, 65, 200, 1) * 50 for i in new_ids(count)]
+    ids = [i for count in (1, 3, 64, 65, 200, 512, 513, 1) * 50 for i in new_ids(count)]
     assert len(ids) == len(set(ids)) and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
 
 

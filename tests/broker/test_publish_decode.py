@@ -95,6 +95,12 @@ def check(raw: bytes) -> None:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payloads, st.booleans())
 @example({"messages": [{"key": "k", "body": "x" * 256, "content_type": "text/plain"}]}, False)
+# String bodies under changing content types: each message's own type decides how its body is stored.
+@example({"messages": [{"body": "a", "content_type": "text/plain"}, {"body": "b", "content_type": "application/json"},
+                       {"body": "c"}, {"body": "d", "content_type": "text/plain"}]}, True)
+# The first body an object, the others strings (and the reverse): either decoder may be tried first.
+@example({"messages": [{"body": {"body": "x"}}, {"body": "y", "content_type": "text/plain"}]}, True)
+@example({"messages": [{"body": "y", "content_type": "text/plain"}, {"body": [1]}]}, False)
 # One past each limit that random examples rarely reach: an empty header name, one header too
 # many, an empty or too long content type.
 @example({"body": 1, "headers": {"": "v"}}, False)
