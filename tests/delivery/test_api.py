@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.delivery.conftest import STEADY_LEASE_MS
 from tests.delivery.support import LiveNode
 
 SUBS = "/v1/topics/api/groups/g/subscribers"
@@ -71,7 +72,9 @@ def test_subscriber_lifecycle(live: LiveNode) -> None:
 
 
 def test_group_limit(tmp_path: Any) -> None:
-    live = LiveNode(tmp_path, max_subscribers=2)
+    # Leases that outlast the test: with the 2-s ones, a loaded machine took 2 s between the first
+    # and the third registration, the first had expired, and the third found room.
+    live = LiveNode(tmp_path, max_subscribers=2, subscriber_lease_ms=STEADY_LEASE_MS)
     try:
         live.subscribe("lim", "g", mode="pull", id="one")
         live.subscribe("lim", "g", mode="pull", id="two")
