@@ -16,7 +16,7 @@ from .errors import BadRequest, LimitExceeded, Unprocessable
 from .publish_decode import decode_publish
 
 if TYPE_CHECKING:
-    from .appender import Appender, Stored
+    from .appender import Appender, Stored, Teller
     from .config import Settings
     from .metrics import Metrics
     from .topics import Topics
@@ -40,16 +40,23 @@ class PendingPublish:
     With ``early``, the writer's :meth:`prepare` calls ``early(self, stored)`` before the commit:
     the answerer may make the answer meanwhile and keep it in :attr:`prepared`, and send it only
     after ``then`` told it the commit held (with ``stored`` the very list then told).
+
+    With a ``teller`` (:class:`broker.appender.Teller`), the writer tells the teller instead, for
+    all of a commit's publishes at once (it sets :attr:`stored` and answers); ``then`` still hears
+    a failure. ``reply`` is the answerer's, for the teller (how to answer this publish).
     """
 
-    __slots__ = ("early", "error", "is_batch", "prepared", "started", "stored", "then")
+    __slots__ = ("early", "error", "is_batch", "prepared", "reply", "started", "stored", "teller", "then")
 
     def __init__(self, started: float, is_batch: bool, then: Callable[[PendingPublish], None],
-                 early: Callable[[PendingPublish, list[Stored]], None] | None = None) -> None:
+                 early: Callable[[PendingPublish, list[Stored]], None] | None = None,
+                 teller: Teller | None = None, reply: Any = None) -> None:
         self.started = started
         self.is_batch = is_batch
         self.then = then
         self.early = early
+        self.teller = teller
+        self.reply = reply
         self.stored: list[Stored] | None = None
         self.error: BaseException | None = None
         self.prepared: Any = None   # what the answerer made of the coordinates ``prepare`` told
@@ -157,17 +164,20 @@ class Publisher:
         return self.answer(started, is_batch, self.append(topic_name, messages))
 
     def begin(self, topic_name: str, raw: bytes, then: Callable[[PendingPublish], None],
-              early: Callable[[PendingPublish, list[Stored]], None] | None = None) -> None:
+              early: Callable[[PendingPublish, list[Stored]], None] | None = None,
+              teller: Teller | None = None, reply: Any = None) -> None:
         """:meth:`publish_body` without waiting: validate and queue for the writer, which calls
         ``then(pending)`` on its thread once the publish committed or failed; :meth:`finish` makes
-        the answer. Only for a topic :meth:`answers_inline`. ``early``: see :class:`PendingPublish`.
+        the answer. Only for a topic :meth:`answers_inline`. ``early``, ``teller`` and ``reply``:
+        see :class:`PendingPublish`.
 
         Raises:
             BrokerError: the body is refused (nothing was queued).
         """
         started = time.perf_counter()
         messages, is_batch = self.read(raw)
-        self.appender.enqueue(self.topics.get(topic_name), messages, PendingPublish(started, is_batch, then, early))
+        self.appender.enqueue(self.topics.get(topic_name), messages,
+                              PendingPublish(started, is_batch, then, early, teller, reply))
 
     def answers_inline(self, topic_name: str) -> bool:
         """Whether a publish to ``topic_name`` can be taken without blocking: the topic is known

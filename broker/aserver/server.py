@@ -56,6 +56,10 @@ class Respond(Protocol):
     def soon(self, job: Callable[[], None], /) -> None:
         """Run ``job()`` on the loop, before any answer posted after it (it answers nothing)."""
 
+    def together(self, answers: list[tuple[Any, Callable[[], Answer]]], /) -> None:
+        """Answer each ``(respond, make)`` of ``answers`` as ``respond(make)`` would, in one
+        hand-over to the loop (one lock, at most one wake-up); each ``respond`` one of this server's."""
+
 
 # A handler of requests served on the loop's thread: (environ, respond) -> taken.
 InlineHandler = Callable[[dict[str, Any], Respond], bool]
@@ -182,6 +186,14 @@ class Server:
             self._outbox.append((connection, request, make))
             first = len(self._outbox) + len(self._jobs) == 1
         if first:
+            self._wake_loop()
+
+    def post_all(self, answers: list[tuple[Connection, Request, Callable[[], Answer]]]) -> None:
+        """:meth:`post` for several answers at once: a commit answers all of its publishes with one call."""
+        with self._outbox_lock:
+            first = not self._outbox and not self._jobs
+            self._outbox.extend(answers)
+        if first and answers:
             self._wake_loop()
 
     def post_job(self, job: Callable[[], None]) -> None:

@@ -107,6 +107,11 @@ class InlineReply:
         """Run ``job()`` on the loop before the answer (it may prepare it)."""
         self.connection.server.post_job(job)
 
+    def together(self, answers: list[tuple[InlineReply, Callable[[], InlineAnswer]]], /) -> None:
+        """Answer each ``(reply, make)`` as ``reply(make)`` would, in one hand-over to the loop
+        (the replies are all of this server's)."""
+        self.connection.server.post_all([(reply.connection, reply.request, make) for reply, make in answers])
+
 
 class WorkerPool:
     """``size`` daemon threads running jobs in turn: a stopping node never waits for a long poll."""

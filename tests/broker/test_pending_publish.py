@@ -111,3 +111,71 @@ def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path
     assert pendings["ok-0"].stored is not None and pendings["ok-1"].stored is not None
     assert store.count_messages("t") == 2
     store.dispose()
+
+
+class RecordingTeller:
+    """A :class:`broker.appender.Teller` that records what the writer told it, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[tuple[PendingPublish, list[Stored]]]]] = []
+
+    def prepare_all(self, told: list[tuple[PendingPublish, list[Stored]]], /) -> None:
+        self.calls.append(("prepare", list(told)))
+
+    def set_results(self, told: list[tuple[PendingPublish, list[Stored]]], /) -> None:
+        for pending, stored in told:
+            pending.stored = stored
+        self.calls.append(("result", list(told)))
+
+
+def _told_by_teller(path: Path, bodies: dict[str, int]) -> tuple[RecordingTeller, dict[str, PendingPublish], list[str]]:
+    """Queue a publish of each id (its body that many bytes; SQLite refuses one over 4,000) with
+    one teller, before the writer runs."""
+    store = Store(f"sqlite:///{path / 'toymb.db'}")
+    store.create_schema()
+    topic, _ = store.ensure_topic("t", 4)
+    with store.append_transaction():
+        pass   # opens the writer's own connection, kept between transactions
+    assert store._writer_conn is not None
+    writer = store._writer_conn.connection.dbapi_connection
+    assert isinstance(writer, sqlite3.Connection)
+    writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    appender = Appender(store)
+    teller = RecordingTeller()
+    alone: list[str] = []
+    pendings = {}
+    for msg_id, size in bodies.items():
+        pendings[msg_id] = PendingPublish(0.0, False, lambda pending, msg_id=msg_id: alone.append(msg_id),
+                                          teller=teller)
+        appender.enqueue(topic, [NewMessage(msg_id, None, {}, "text/plain", b"x" * size)], pendings[msg_id])
+    appender.start()
+    appender.stop()
+    assert store.count_messages("t") == sum(1 for p in pendings.values() if p.stored is not None)
+    store.dispose()
+    return teller, pendings, alone
+
+
+def test_a_teller_hears_a_whole_commit_at_once_before_and_after_its_sync(tmp_path: Path) -> None:
+    # One commit of three publishes: the teller is told their coordinates once before the sync
+    # and once after it, in queue order, the very lists both times; no publish is told alone.
+    teller, pendings, alone = _told_by_teller(tmp_path, {"a": 10, "b": 10, "c": 10})
+    assert [kind for kind, _ in teller.calls] == ["prepare", "result"]
+    (_, before), (_, after) = teller.calls
+    assert [pending for pending, _ in before] == [pendings["a"], pendings["b"], pendings["c"]]
+    assert [(p, s) for p, s in after] == before and all(p.stored is s for p, s in after)
+    assert alone == []
+    coordinates = {(s[0].partition, s[0].offset) for _, s in after}
+    assert len(coordinates) == 3, "each publish has coordinates of its own"
+
+
+def test_with_a_teller_a_refused_publish_still_hears_alone_and_the_others_are_stored(tmp_path: Path) -> None:
+    # SQLite refuses the big body (its length limit lowered on the writer's connection): the
+    # group commit is redone one by one; the refused publish hears its 400 through its own
+    # ``then``, and each other publish is told through the teller, after its own commit.
+    teller, pendings, alone = _told_by_teller(tmp_path, {"ok-0": 10, "big": 5000, "ok-1": 10})
+    assert alone == ["big"]
+    error = pendings["big"].error
+    assert isinstance(error, BadRequest) and error.code == "bad_value" and pendings["big"].stored is None
+    results = [told for kind, told in teller.calls if kind == "result"]
+    assert [[p for p, _ in told] for told in results] == [[pendings["ok-0"]], [pendings["ok-1"]]]
+    assert pendings["ok-0"].stored is not None and pendings["ok-1"].stored is not None

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from werkzeug.datastructures import EnvironHeaders
 
-from broker.api.fast_publish import PublishFastPath
+from broker.api.fast_publish import EnvironHeaderView, PublishFastPath
 from broker.app import create_app
 from tests.security.conftest import ADM, BOTH, CLUSTER, CON, PUB, TOKENS
 
@@ -160,3 +161,13 @@ def test_the_fast_path_serves_a_publish_without_flask(app: Flask) -> None:
     assert call(fast, message(), token="nope")[0] == 599  # a refusal is answered by Flask
     assert call(fast, message(), path="/v1/topics/orders.a")[0] == 599  # another route
     assert call(fast, message(), length="")[0] == 599  # no Content-Length
+
+
+@pytest.mark.parametrize("name", ["Authorization", "authorization", "X-ToyMB-Cluster-Token", "x-toymb-cluster-token",
+                                  "X_TOYMB_CLUSTER_TOKEN", "Content-Type", "Content-Length", "Host", "Absent"])
+def test_the_fast_paths_header_view_reads_what_werkzeug_reads(name: str) -> None:
+    # The authorizer reads the fast path's requests through EnvironHeaderView and Flask's through
+    # werkzeug's headers: one rule only if both read every header name alike.
+    environ = {"HTTP_AUTHORIZATION": "Bearer x", "HTTP_X_TOYMB_CLUSTER_TOKEN": "c", "CONTENT_TYPE": "text/plain",
+               "CONTENT_LENGTH": "12", "HTTP_CONTENT_TYPE": "wrong", "HTTP_HOST": "h"}
+    assert EnvironHeaderView(environ).get(name) == EnvironHeaders(environ).get(name)
