@@ -193,11 +193,20 @@ class Route:
         if self._key_of is None:
             return str(row["id"])
         value = self._key_of(row)
+        if value is not None and value in VALID_KEYS:
+            return value
+        return self.new_key(value, row)
+
+    def new_key(self, value: str | None, row: Any) -> str:
+        """``value``, what ``conv.key`` finds in ``row`` and not yet known valid, checked as
+        :meth:`key_for` checks it, and remembered in :data:`VALID_KEYS` if valid.
+
+        Raises:
+            DataError: as :meth:`key_for`.
+        """
         if value is None or value == "":
             raise DataError("no-key",
                             f"message {row['id']} has no {self.conv_key} for the key of route {self.name}")
-        if value in VALID_KEYS:
-            return value
         if not _is_key(value):
             raise DataError("bad-key", f"message {row['id']}: {self.conv_key}={value[:80]!r} is not an "
                                        f"alphanumeric key (route {self.name})")

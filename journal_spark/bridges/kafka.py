@@ -183,14 +183,18 @@ class KafkaSink(RouteSink):
                     else:
                         # A message no bridge has carried: no loop, hop one (headers_for's result).
                         # conv.key's header is looked up here, two calls less than key_for: the value
-                        # under its first name present, once known valid, is the key key_for returns.
+                        # under its first name present is what key_for's lookup finds.
                         found = None
                         for name in key_names:
                             if name in headers:
                                 found = headers[name]
                                 break
-                        # Else (not a header, absent, new or invalid) the full path.
-                        key = route.key_for(row) if found is None or found not in VALID_KEYS else found
+                        if found is None:
+                            key = route.key_for(row)    # not a header, or absent under these names
+                        elif found in VALID_KEYS:
+                            key = found
+                        else:
+                            key = route.new_key(found, row)     # checked (and remembered) as key_for would
                         try:
                             content_type = row["content_type"]
                         except (KeyError, ValueError, IndexError):     # a row without the column
