@@ -13,7 +13,7 @@ from broker.envelope import NewMessage
 from broker.errors import BadRequest
 from broker.publish import PendingPublish
 from broker.store import open_store
-from broker.store.sql import Store
+from broker.store.sql import Store, Topic
 
 
 def _msg(msg_id: str) -> NewMessage:
@@ -86,11 +86,11 @@ def test_coordinates_told_before_the_commit_on_sqlite(tmp_path: Path) -> None:
     assert all(stored is pendings[msg_id].stored and not late for msg_id, stored, late in early)
 
 
-def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path: Path) -> None:
-    # The SQLite writer's statements raise sqlite3's own errors (no SQLAlchemy wrapper): a value
-    # SQLite refuses (a body over its length limit, lowered here on the writer's connection) is
-    # still the publisher's 400, and the publishes committed with it are stored.
-    store = Store(f"sqlite:///{tmp_path / 'toymb.db'}")
+def _store_refusing_long_values(path: Path) -> tuple[Store, Topic]:
+    """A SQLite store with a topic "t" of 4 partitions whose writer refuses a value over 4,000
+    bytes (its connection's length limit lowered): the writer's statements then raise sqlite3's
+    own error for that publish alone."""
+    store = Store(f"sqlite:///{path / 'toymb.db'}")
     store.create_schema()
     topic, _ = store.ensure_topic("t", 4)
     with store.append_transaction():
@@ -99,6 +99,14 @@ def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path
     writer = store._writer_conn.connection.dbapi_connection
     assert isinstance(writer, sqlite3.Connection)
     writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    return store, topic
+
+
+def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path: Path) -> None:
+    # The SQLite writer's statements raise sqlite3's own errors (no SQLAlchemy wrapper): a value
+    # SQLite refuses (a body over its length limit, lowered here on the writer's connection) is
+    # still the publisher's 400, and the publishes committed with it are stored.
+    store, topic = _store_refusing_long_values(tmp_path)
     appender = Appender(store)
     pendings = {}
     for msg_id, size in (("ok-0", 10), ("big", 5000), ("ok-1", 10)):
@@ -131,22 +139,16 @@ class RecordingTeller:
 def _told_by_teller(path: Path, bodies: dict[str, int]) -> tuple[RecordingTeller, dict[str, PendingPublish], list[str]]:
     """Queue a publish of each id (its body that many bytes; SQLite refuses one over 4,000) with
     one teller, before the writer runs."""
-    store = Store(f"sqlite:///{path / 'toymb.db'}")
-    store.create_schema()
-    topic, _ = store.ensure_topic("t", 4)
-    with store.append_transaction():
-        pass   # opens the writer's own connection, kept between transactions
-    assert store._writer_conn is not None
-    writer = store._writer_conn.connection.dbapi_connection
-    assert isinstance(writer, sqlite3.Connection)
-    writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 4000)
+    store, topic = _store_refusing_long_values(path)
     appender = Appender(store)
     teller = RecordingTeller()
     alone: list[str] = []
-    pendings = {}
+    pendings: dict[str, PendingPublish] = {}
     for msg_id, size in bodies.items():
-        pendings[msg_id] = PendingPublish(0.0, False, lambda pending, msg_id=msg_id: alone.append(msg_id),
-                                          teller=teller)
+        def told_alone(_pending: PendingPublish, msg_id: str = msg_id) -> None:
+            alone.append(msg_id)
+
+        pendings[msg_id] = PendingPublish(0.0, False, told_alone, teller=teller)
         appender.enqueue(topic, [NewMessage(msg_id, None, {}, "text/plain", b"x" * size)], pendings[msg_id])
     appender.start()
     appender.stop()
