@@ -10,6 +10,7 @@ from journal_spark.errors import JournalError
 from journal_spark.routes import (
     HOPS_HEADER,
     ORIGIN_HEADER,
+    VALID_KEYS,
     DataError,
     RoutesError,
     headers_for,
@@ -171,6 +172,24 @@ def test_a_key_that_is_not_alphanumeric_is_a_data_error(tmp_path: Path, value: s
         route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": value}})
     assert caught.value.reason == "bad-key"
     assert route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": "ID:host-1:1:1"}}) == "ID:host-1:1:1"
+
+
+def test_remembered_keys_stay_bounded_and_never_let_a_bad_key_through(tmp_path: Path) -> None:
+    path = tmp_path / "r.properties"
+    path.write_text("routes.r.predicate=msg.address==t\nroutes.r.dest.topic=x\nroutes.r.conv.key=msg.header.k\n")
+    (route,) = load_routes(path).routes
+
+    def key(value: str) -> str:
+        return route.key_for({"id": "m", "topic": "t", "key": None, "headers": {"k": value}})
+
+    for i in range(40_000):   # keys that never repeat: the set is cleared rather than grown
+        assert key(f"k-{i}") == f"k-{i}"
+        assert len(VALID_KEYS) <= 16_384
+    assert key("k-39999") == "k-39999"     # remembered, and still the same key
+    for bad in ("bad key", "k-1 ", "☃"):
+        with pytest.raises(DataError):
+            key(bad)
+        assert bad not in VALID_KEYS
 
 
 @pytest.mark.parametrize(("lines", "message"), [
