@@ -10,6 +10,11 @@ so a former leader's commit is refused, see ``table``) and Kafka (the new leader
 the same ``transactional.id``, fences the old one's when it starts). A holder that fails to renew
 (it was paused past its expiry, or lost the store) stops its whole process at once, JVM included.
 
+A lease statement waits at most a third of a period for a lock (``_bound_lock_wait``): a process
+frozen inside a write to the store (a SQLite write lock, a PostgreSQL row lock) must not hold the
+others' lease calls for the store's usual 30 s. A standby whose attempt fails that way, or finds
+the store unreachable, keeps standing by and tries again.
+
 Clocks: expiry times are the holders' wall clocks, in ms. Processes on one machine share a clock;
 across machines, keep clocks synchronised well within a period.
 """
@@ -25,7 +30,8 @@ import uuid
 from collections.abc import Callable
 
 from sqlalchemy import BigInteger, Column, MetaData, String, Table, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from broker.store.sql import create_tables, open_engine
 
@@ -45,6 +51,17 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _bound_lock_wait(conn: Connection, wait_ms: int) -> None:
+    """Make the statements of ``conn``'s transaction give up after waiting ``wait_ms`` for a lock."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql(f"PRAGMA busy_timeout={wait_ms}")
+    elif dialect == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {wait_ms}")
+    else:   # MariaDB counts whole seconds, at least one
+        conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {max(1, -(-wait_ms // 1000))}")
+
+
 class JournalLease:
     """One process's hold (or wait) on the lease ``name`` in the store at ``url``."""
 
@@ -53,14 +70,16 @@ class JournalLease:
         self.period_ms = period_ms
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch = 0
+        self._lock_wait_ms = max(1, period_ms // 3)
         self._engine = open_engine(url, pooled=False)
         # Two journal processes start together: one creates the table, the other must not fail.
         create_tables(self._engine, METADATA.create_all)
 
     def try_acquire(self) -> bool:
         """Take the lease if it is free or expired (or ours); on success ``epoch`` is the new epoch."""
-        now = _now_ms()
         with self._engine.begin() as conn:
+            _bound_lock_wait(conn, self._lock_wait_ms)
+            now = _now_ms()
             taken = conn.execute(
                 update(LEASES).where(LEASES.c.name == self.name)
                 .where((LEASES.c.expires_ms < now) | (LEASES.c.holder == self.holder))
@@ -82,18 +101,26 @@ class JournalLease:
     def renew(self) -> bool:
         """Push the expiry a period ahead; False if the lease is no longer ours at our epoch."""
         with self._engine.begin() as conn:
+            _bound_lock_wait(conn, self._lock_wait_ms)
             done = conn.execute(
                 update(LEASES).where(LEASES.c.name == self.name).where(LEASES.c.holder == self.holder)
                 .where(LEASES.c.epoch == self.epoch).values(expires_ms=_now_ms() + self.period_ms))
         return done.rowcount == 1
 
     def wait_acquire(self, stop: threading.Event) -> bool:
-        """Stand by until the lease is ours (True) or ``stop`` is set (False)."""
+        """Stand by until the lease is ours (True) or ``stop`` is set (False).
+
+        A store that is locked or unreachable for a while is waited out, not a reason to stop.
+        """
         announced = False
         while not stop.is_set():
-            if self.try_acquire():
-                log.info("took the journal lease %r (epoch %d)", self.name, self.epoch)
-                return True
+            try:
+                if self.try_acquire():
+                    log.info("took the journal lease %r (epoch %d)", self.name, self.epoch)
+                    return True
+            except OperationalError as exc:
+                log.warning("standing by: the store did not answer the lease %r (%s); trying again",
+                            self.name, str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__)
             if not announced:
                 log.info("standing by: another journal process holds the lease %r", self.name)
                 announced = True
@@ -130,6 +157,7 @@ class JournalLease:
         """Let a standby take over at once (a clean stop)."""
         try:
             with self._engine.begin() as conn:
+                _bound_lock_wait(conn, self._lock_wait_ms)
                 conn.execute(update(LEASES).where(LEASES.c.name == self.name)
                              .where(LEASES.c.holder == self.holder).where(LEASES.c.epoch == self.epoch)
                              .values(expires_ms=0))

@@ -3,6 +3,7 @@ no renewal for a holder whose lease was taken; and ``--as-of`` parsing. No Spark
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -111,3 +112,50 @@ def test_processes_starting_together_all_get_the_lease_table(tmp_path: Path) -> 
 def _open_lease(url: str, start: Any) -> None:
     start.wait(30)
     JournalLease(url, period_ms=1000).try_acquire()
+
+
+def test_a_standby_waits_out_a_store_locked_by_a_frozen_writer(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A journal leader frozen (SIGSTOP) inside a write to the store holds its lock: the standby's
+    attempt failed with 'database is locked' after the store's 30-s wait and the standby exited (seen
+    in CI). Its lease calls now wait at most a third of a period, say so, and it keeps standing by."""
+    from sqlalchemy import text
+
+    from broker.store.sql import open_engine
+
+    period_ms = 600
+    holder = JournalLease(url, period_ms, name=f"frozen-{time.time_ns()}")
+    standby = JournalLease(url, period_ms, name=holder.name)
+    locker = open_engine(url, pooled=False)
+    stop = threading.Event()
+    outcome: list[object] = []
+
+    def stand_by() -> None:
+        try:
+            outcome.append(standby.wait_acquire(stop))
+        except Exception as exc:  # noqa: BLE001 - what the test looks for
+            outcome.append(exc)
+
+    caplog.set_level(logging.WARNING, logger="journal_spark.lease")
+    try:
+        assert holder.try_acquire()          # and never renewed: it expires after a period
+        with locker.connect() as conn:
+            if conn.dialect.name == "sqlite":
+                conn.exec_driver_sql("BEGIN IMMEDIATE")          # the whole file's write lock
+            else:
+                conn.begin()
+                conn.execute(text("SELECT epoch FROM toymb_journal_lease WHERE name = :n FOR UPDATE"),
+                             {"n": holder.name})                # the lease row's lock
+            waiting = threading.Thread(target=stand_by, daemon=True)
+            waiting.start()
+            waiting.join(4 * period_ms / 1000 + 1)               # several failed attempts
+            assert outcome == [], f"the standby gave up while the store was locked: {outcome}"
+            told = [r.getMessage() for r in caplog.records if "did not answer the lease" in r.getMessage()]
+            assert len(told) >= 2, "the standby's attempts waited on the lock instead of trying again"
+            conn.rollback()
+        waiting.join(30)
+        assert outcome == [True] and standby.epoch == holder.epoch + 1
+    finally:
+        stop.set()
+        holder.dispose()
+        standby.dispose()
+        locker.dispose()

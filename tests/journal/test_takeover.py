@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sqlite3
 import statistics
 import threading
 import time
@@ -37,6 +38,29 @@ def _progress(workdir: Path) -> tuple[int, ...]:
     logs = sorted(workdir.glob("journal-*.log"))
     return (*[p.stat().st_size for p in logs], len(list((workdir / "journal" / "_delta_log").glob("*.json")))
             if (workdir / "journal" / "_delta_log").is_dir() else 0)
+
+
+def _freeze_outside_a_store_write(journal: Journal, db_file: Path) -> None:
+    """SIGSTOP ``journal`` at a moment it holds no write lock on the SQLite store.
+
+    A leader frozen inside a write (its lease renewal) keeps the whole file locked until it is
+    woken: every writer, the standby's lease included, must then wait for it. That is SQLite's
+    single writer, not the takeover under test, so such a moment is skipped: wake it, try again.
+    """
+    for _ in range(50):
+        journal.signal(signal.SIGSTOP)
+        time.sleep(0.05)             # the signal is sent, not yet surely taken: let it land
+        probe = sqlite3.connect(db_file, timeout=0.5, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            journal.signal(signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError("the journal held the store's write lock at every one of 50 tries")
 
 
 def _publish_in_phases(url: str, phases: list[threading.Event], stop: threading.Event) -> threading.Thread:
@@ -173,7 +197,7 @@ def test_a_paused_former_leader_cannot_commit(tmp_path: Path) -> None:
         wait_progressing(lambda: table_epoch(tmp_path) == 1 and len(collector.frames) > 0,
                          lambda: (*_progress(tmp_path), len(collector.frames)), stall=STALL_S,
                          interval=0.1, what="the first leader committing to the table and to JMS")
-        old.signal(signal.SIGSTOP)   # a long GC pause, a frozen VM: its lease expires meanwhile
+        _freeze_outside_a_store_write(old, tmp_path / "toymb.db")   # a long GC pause, a frozen VM
         new.start()
         wait_progressing(lambda: table_epoch(tmp_path) == 2, lambda: _progress(tmp_path), stall=STALL_S,
                          interval=0.1, what="the standby taking over and committing")
