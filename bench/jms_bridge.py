@@ -29,7 +29,7 @@ from journal_spark.jms.config import ingress_configs
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.ingress import JmsIngress
 from journal_spark.jms.stompclient import StompClient
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 
 STOMP = "stomp://127.0.0.1:61613"
 

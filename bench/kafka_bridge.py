@@ -103,7 +103,7 @@ def bare_producer(topic: str, rows: list[dict[str, Any]]) -> tuple[float, float]
 def bridge(topic: str, rows: list[dict[str, Any]]) -> tuple[float, float]:
     """(records per second, CPU seconds) through the bridge sink (transaction + markers per 20,000-row batch)."""
     from journal_spark.bridges.kafka import KafkaSink
-    from journal_spark.routes import load_routes
+    from journal_spark.routes_file import load_routes
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "routes.properties"

@@ -28,7 +28,8 @@ def run_ingress(routes_path: str, *, names: tuple[str, ...] = (), idle_exit_s: f
     """
     from .bridges.kafka_ingress import KafkaIngress
     from .bridges.telemetry import BridgeTelemetry
-    from .routes import RoutesError, load_routes
+    from .routes import RoutesError
+    from .routes_file import load_routes
 
     routes = load_routes(routes_path)
     chosen = [r for r in routes.ingress if r.source.kind == "kafka" and (not names or r.name in names)]

@@ -1,6 +1,6 @@
 """The NATS bridge's settings: the ``nats.*``, ``jms.stomp.*`` and ``nats-bridge.<name>.*`` keys of a routes file.
 
-Same properties style as the other bridges (``journal_spark.routes.read_properties``)::
+Same properties style as the other bridges (``journal_spark.routes_file.read_properties``)::
 
     bridge.id=edge-1
     nats.servers=nats://127.0.0.1:4222          # comma-separated
@@ -277,7 +277,8 @@ def load_settings(path: str | Path, names: tuple[str, ...] = ()) -> Settings:
     Raises:
         NatsConfigError: an unknown key, a bad value or an invalid combination; the message names the key.
     """
-    from journal_spark.routes import RoutesError, read_properties
+    from journal_spark.routes import RoutesError
+    from journal_spark.routes_file import read_properties
 
     try:
         entries = read_properties(path)

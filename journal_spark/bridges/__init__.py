@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..routes import Routes, RoutesError, load_routes
+from ..routes import Routes, RoutesError
+from ..routes_file import load_routes
 from .telemetry import BridgeTelemetry
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import click
 import requests
 
 from ..errors import JournalError
-from ..routes import load_routes
+from ..routes_file import load_routes
 from .config import ingress_configs
 from .ingress import JmsIngress
 from .manage import ManagementServer

@@ -61,7 +61,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..routes import JMS_CONNECTION_PREFIX, IngressRoute, Routes
+from ..routes import IngressRoute, Routes
+from ..routes_file import JMS_CONNECTION_PREFIX
 from .errors import JmsConfigError
 
 QOS_MODES = ("AT_MOST_ONCE", "DUPLICATES_OK", "ONCE_AND_ONLY_ONCE")

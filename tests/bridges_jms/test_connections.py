@@ -16,7 +16,7 @@ from journal_spark.bridges.telemetry import BridgeTelemetry
 from journal_spark.jms.config import DEFAULT_HEARTBEAT_MS, jms_connections
 from journal_spark.jms.errors import JmsConfigError, JmsConnectionError
 from journal_spark.jms.stompclient import StompClient
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import (
     PrivateActiveMQ,
     connect,

@@ -14,7 +14,8 @@ from stomp.utils import parse_frame
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.mapping import decode_name, encode_name
 from journal_spark.jms.stompclient import encode_send
-from journal_spark.routes import DataError, load_routes
+from journal_spark.routes import DataError
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import drain, unique, write_routes
 
 

@@ -17,7 +17,7 @@ from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.errors import JmsConfigError, JmsConnectionError
 from journal_spark.jms.ingress import FAILED, STARTED, JmsIngress
 from journal_spark.jms.metrics import JmsMetrics
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import connect, send_all, stored, unique, wait_stored, write_routes
 from tests.support import NodeProcess, free_port, wait_until
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from journal_spark.jms.egress import JmsSink
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import stored, unique, wait_stored, write_routes
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.support import NodeProcess, need_service

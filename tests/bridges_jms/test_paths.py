@@ -20,7 +20,7 @@ from journal_spark.bridges.jms import build_sinks
 from journal_spark.bridges.telemetry import BridgeTelemetry
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.ingress import FAILED, STARTED
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import drain, send_all, stored, stored_count, unique, wait_stored, write_routes
 from tests.bridges_jms.test_ingress import Proxy, make_ingress
 from tests.support import ROOT, NodeProcess, free_port, wait_until

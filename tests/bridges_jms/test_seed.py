@@ -12,7 +12,7 @@ import pytest
 from journal_spark.bridges.kafka import KafkaSink
 from journal_spark.bridges.kafka_ingress import KafkaIngress
 from journal_spark.bridges.telemetry import BridgeTelemetry
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import send_all, stored, unique, wait_stored
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.bridges_kafka.conftest import BOOTSTRAP, consume_all, create_topics

@@ -13,7 +13,7 @@ import pytest
 from journal_spark.bridges.telemetry import BridgeTelemetry
 from journal_spark.jms.egress import JmsSink
 from journal_spark.jms.ingress import FAILED, JmsIngress
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 from tests.bridges_jms.conftest import PrivateActiveMQ, drain, send_all, stored, unique, wait_stored, write_routes
 from tests.bridges_jms.test_ingress import make_ingress
 from tests.bridges_jms.test_java_client import JARS

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from journal_spark.bridges.kafka import KafkaSink
-from journal_spark.routes import HardFailure, load_routes
+from journal_spark.routes import HardFailure
+from journal_spark.routes_file import load_routes
 from tests.bridges_kafka.conftest import BOOTSTRAP, kafka_retry
 from tests.support import ROOT, free_port, need_service, port_open, wait_until
 

@@ -11,7 +11,8 @@ import pytest
 
 from journal_spark.bridges.kafka import KafkaSink
 from journal_spark.bridges.telemetry import BridgeTelemetry
-from journal_spark.routes import DataError, HardFailure, load_routes
+from journal_spark.routes import DataError, HardFailure
+from journal_spark.routes_file import load_routes
 from tests.bridges_kafka.conftest import consume_all, create_topics, routes_file
 
 pytestmark = pytest.mark.usefixtures("kafka")
@@ -253,7 +254,7 @@ _SOCKETS_TO_KAFKA = """
 import os, sys, time
 from pathlib import Path
 from journal_spark.bridges.kafka import KafkaSink
-from journal_spark.routes import load_routes
+from journal_spark.routes_file import load_routes
 
 port = int(sys.argv[2])
 

@@ -120,7 +120,7 @@ def test_ingress_dead_letters_undecodable_records_and_keeps_going(tmp_path: Path
     import threading
 
     from journal_spark.bridges.kafka_ingress import KafkaIngress
-    from journal_spark.routes import load_routes
+    from journal_spark.routes_file import load_routes
 
     source, dlq = names("ingress-bad"), names("ingress-dlq")
     create_topics(source, dlq)

@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from journal_spark.errors import JournalError
-from journal_spark.routes import (
-    HOPS_HEADER,
-    ORIGIN_HEADER,
-    VALID_KEYS,
-    DataError,
-    RoutesError,
-    headers_for,
-    load_routes,
-)
+from journal_spark.routes import HOPS_HEADER, ORIGIN_HEADER, VALID_KEYS, DataError, RoutesError, headers_for
+from journal_spark.routes_file import load_routes
 
 SEED_SHAPE = """\
 # the seed's example, plus a JMS destination and an ingress

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import requests
 
-from journal_spark.routes import HardFailure, RoutesError, load_routes
+from journal_spark.routes import HardFailure, RoutesError
+from journal_spark.routes_file import load_routes
 from nats_bridge.jetstream_sink import JetStreamSink
 from tests.bridges_jms.conftest import activemq, amq_up, node  # noqa: F401 - activemq, node: fixtures
 from tests.bridges_jms.conftest import unique as jms_unique

@@ -18,7 +18,7 @@ def test_compose_declares_the_cluster() -> None:
     assert {"postgres", "toymb-1", "toymb-2", "toymb-3", "kafka", "activemq", "journal"} <= set(services)
     assert services["journal"]["command"][:2] == ["journal", "run"]
     routes = services["journal"]["command"][services["journal"]["command"].index("--routes") + 1]
-    from journal_spark.routes import load_routes
+    from journal_spark.routes_file import load_routes
 
     parsed = load_routes(ROOT / "deploy" / Path(routes).name)  # a bad file is a startup error
     assert [r.destination.kind for r in parsed.routes] == ["kafka", "jms-queue"]
