@@ -81,7 +81,10 @@ def drain(base: str, group: str, total: int, options: dict[str, Any], pid: int) 
 
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
     """Measure the drain rates; print and write ``push_features.json``/``.png``."""
-    total = 5_000 if quick else 10_000
+    # A drain also pays for its group: 4 registrations, each a rebalance of 100 partitions, 10-25 ms
+    # of node CPU each. Over 10,000 messages that fixed cost (and its swings) was 5-10 us a message,
+    # a third of a push's own cost, and made the ratio swing from 0.74 to 1.0 between runs.
+    total = 10_000 if quick else 40_000
     rounds = 3 if quick else 5
     rates: dict[str, list[float]] = {"plain": [], "features": []}
     cpu: dict[str, list[float]] = {"plain": [], "features": []}
