@@ -198,9 +198,10 @@ class Publisher:
 
     def settle(self, pending: PendingPublish) -> None:
         """Count a publish :meth:`begin` queued and that committed, as it is answered."""
-        assert pending.stored is not None, "settle() before the writer told the outcome"
-        self.count(pending.stored)
-        self.metrics.publishes.answered(time.perf_counter() - pending.started)
+        stored = pending.stored
+        assert stored is not None, "settle() before the writer told the outcome"
+        duplicates = sum(map(_DUPLICATE, stored))
+        self.metrics.publishes.settled(len(stored) - duplicates, duplicates, time.perf_counter() - pending.started)
 
     def answer(self, started: float, is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of a stored publish's answer; counts the request."""
