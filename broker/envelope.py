@@ -330,6 +330,8 @@ def new_ids(count: int) -> list[str]:
     From the system's random source, read for many ids at once (:class:`_RandomPool`).
     """
     pool, at = _random_pool.take(count)
+    if count == 1:   # a single publish: no comprehension (a function call of its own in 3.11)
+        return [pool[at : at + 32]]
     return [pool[i : i + 32] for i in range(at, at + 32 * count, 32)]
 
 

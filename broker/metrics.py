@@ -44,8 +44,15 @@ class PublishCounts(Collector):
 
     def answered(self, seconds: float) -> None:
         """Count a publish request answered after ``seconds`` (receipt to commit)."""
+        self.settled(0, 0, seconds)
+
+    def settled(self, new: int, duplicates: int, seconds: float) -> None:
+        """:meth:`stored` and :meth:`answered` for one request, under one lock: a single publish's
+        answer on the server's loop took the lock twice."""
         at = bisect.bisect_left(self._bounds, seconds)   # the first bucket whose bound is >= seconds
         with self._lock:
+            self._published += new
+            self._duplicates += duplicates
             self._buckets[at] += 1
             self._latency_sum += seconds
             self._requests += 1

@@ -198,9 +198,10 @@ class Publisher:
 
     def settle(self, pending: PendingPublish) -> None:
         """Count a publish :meth:`begin` queued and that committed, as it is answered."""
-        assert pending.stored is not None, "settle() before the writer told the outcome"
-        self.count(pending.stored)
-        self.metrics.publishes.answered(time.perf_counter() - pending.started)
+        stored = pending.stored
+        assert stored is not None, "settle() before the writer told the outcome"
+        duplicates = sum(map(_DUPLICATE, stored))
+        self.metrics.publishes.settled(len(stored) - duplicates, duplicates, time.perf_counter() - pending.started)
 
     def answer(self, started: float, is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of a stored publish's answer; counts the request."""
@@ -210,10 +211,10 @@ class Publisher:
     @staticmethod
     def answer_body(is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of the answer of a publish stored at ``stored``."""
-        status = 200 if all(s.duplicate for s in stored) else 201
         if is_batch:
-            return status, {"messages": [s.answer() for s in stored]}
-        return status, stored[0].answer()
+            return 200 if all(s.duplicate for s in stored) else 201, {"messages": [s.answer() for s in stored]}
+        only = stored[0]   # a single message: its own, without a generator (one a single publish, on the loop)
+        return 200 if only.duplicate else 201, only.answer()
 
     def append(self, topic_name: str, messages: list[NewMessage]) -> list[Stored]:
         """Enrich validated ``messages``, store them in ``topic_name`` (created on first use), count them.

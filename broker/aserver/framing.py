@@ -94,12 +94,13 @@ def read_framing(headers: list[tuple[bytes, bytes]], version: str) -> Framing:
     encodings: list[bytes] = []
     expect = False
     for name, value in headers:
-        lowered = name.lower()
-        if lowered == b"content-length":
+        # By length first: most headers are none of the three, and are not lowered for nothing.
+        size = len(name)
+        if size == 14 and name.lower() == b"content-length":
             lengths.append(value.strip(b" \t"))
-        elif lowered == b"transfer-encoding":
+        elif size == 17 and name.lower() == b"transfer-encoding":
             encodings.append(value.strip(b" \t"))
-        elif lowered == b"expect":
+        elif size == 6 and name.lower() == b"expect":
             expect = value.strip(b" \t").lower() == b"100-continue" and version == "1.1"
     problem = None
     if lengths and encodings:
@@ -122,9 +123,7 @@ def read_framing(headers: list[tuple[bytes, bytes]], version: str) -> Framing:
 def response_head(version: str, status: str, headers: list[tuple[str, str]], ident: str,
                   connection: str | None) -> bytes:
     """The status line and headers of an answer, with the server's ``Server`` and ``Date``."""
-    lines = [f"HTTP/{version} {status}\r\n"]
-    lines.extend(f"{name}: {value}\r\n" for name, value in headers)
+    head = f"HTTP/{version} {status}\r\n" + "".join([f"{name}: {value}\r\n" for name, value in headers])
     if connection is not None:
-        lines.append(f"Connection: {connection}\r\n")
-    lines.append(f"Server: {ident}\r\nDate: ")
-    return "".join(lines).encode("latin-1") + http_date() + b"\r\n\r\n"
+        head += f"Connection: {connection}\r\n"
+    return (head + f"Server: {ident}\r\nDate: ").encode("latin-1") + http_date() + b"\r\n\r\n"

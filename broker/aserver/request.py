@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 import tempfile
 from typing import IO, Any
@@ -19,6 +20,9 @@ SPOOL_BYTES = 512 * 1024
 # claim another address or scheme (waitress's clear_untrusted_proxy_headers).
 PROXY_HEADERS = frozenset({"HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_HOST", "HTTP_X_FORWARDED_PROTO",
                            "HTTP_X_FORWARDED_PORT", "HTTP_X_FORWARDED_BY", "HTTP_FORWARDED"})
+# A request target made only of these (RFC 3986's path characters, no "%", "?" or "#") is its own
+# path, unquoted, with no query: the usual publish URL needs neither llhttp's URL parser nor unquoting.
+_PLAIN_TARGET = re.compile(rb"/[A-Za-z0-9._~!$&'()*+,;=:@/-]*")
 
 
 class Request:
@@ -84,18 +88,25 @@ class Request:
         Raises:
             Refusal: the request target is not a URL (a 400).
         """
-        try:
-            parsed = httptools.parse_url(self.url)
-        except httptools.HttpParserInvalidURLError:
-            raise Refusal(400, "Bad Request: the request target is not a URL") from None
-        path = unquote_to_bytes(parsed.path or b"").decode("latin-1")
-        if path.startswith("//"):
-            path = "/" + path.lstrip("/")
+        target = self.url
+        if _PLAIN_TARGET.fullmatch(target) is not None and target[1:2] != b"/":
+            path = uri = target.decode("latin-1")
+            query = ""
+        else:
+            try:
+                parsed = httptools.parse_url(target)
+            except httptools.HttpParserInvalidURLError:
+                raise Refusal(400, "Bad Request: the request target is not a URL") from None
+            path = unquote_to_bytes(parsed.path or b"").decode("latin-1")
+            if path.startswith("//"):
+                path = "/" + path.lstrip("/")
+            query = (parsed.query or b"").decode("latin-1")
+            uri = target.decode("latin-1")
         environ = base.copy()
         environ["REQUEST_METHOD"] = self.method
         environ["PATH_INFO"] = path
-        environ["QUERY_STRING"] = (parsed.query or b"").decode("latin-1")
-        environ["REQUEST_URI"] = self.url.decode("latin-1")
+        environ["QUERY_STRING"] = query
+        environ["REQUEST_URI"] = uri
         environ["SERVER_PROTOCOL"] = "HTTP/1.1" if self.version == "1.1" else f"HTTP/{self.version}"
         environ["wsgi.input"] = self.body_stream()
         for name, value in self.headers:

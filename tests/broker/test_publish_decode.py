@@ -132,3 +132,15 @@ def test_plain_bodies_are_taken_natively() -> None:
     assert [m.body for m in taken[0]] == [b"x" * 200, b'{"n":[1,2.5,null]}', b"\x00\x01"]
     single = decode_publish(b'{"body": {"a": 1}}', LIMITS, MAX_BATCH)
     assert single is not None and single[1] is False and single[0][0].content_type == "application/json"
+
+
+def test_each_call_is_judged_by_the_limits_it_is_given() -> None:
+    # The decoders of the limits used last are kept aside: limits taking turns must each be
+    # applied, as equal limits in another object must be.
+    wider = Limits(max_body=300, max_headers=3, max_header_name=5, max_header_value=8, max_id=20)
+    raw = b'{"id": "a-long-id-12", "body": 1}'
+    for _ in range(3):
+        assert decode_publish(raw, LIMITS, MAX_BATCH) is None
+        taken = decode_publish(raw, wider, MAX_BATCH)
+        assert taken is not None and taken[0][0].id == "a-long-id-12"
+        assert decode_publish(raw, Limits(**{**LIMITS.__dict__}), MAX_BATCH) is None

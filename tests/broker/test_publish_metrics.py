@@ -28,7 +28,10 @@ def test_same_samples_as_a_prometheus_counter_and_histogram() -> None:
         metrics.publishes.answered(seconds)
     published.inc(5)
     duplicates.inc(2)
-    metrics.publishes.stored(5, 2)
+    metrics.publishes.stored(3, 2)
+    metrics.publishes.settled(2, 0, 0.002)
+    latency.observe(0.002)
+    requests.labels("ok").inc()
     ours = {line for line in _samples(metrics.render()) if "publish" in line or "duplicate" in line}
     assert ours == _samples(generate_latest(reference))
     assert metrics.registry.get_sample_value("toymb_published_messages_total") == 5.0
@@ -38,9 +41,11 @@ def test_counts_from_many_threads_are_all_kept() -> None:
     metrics = Metrics()
 
     def publish() -> None:
-        for _ in range(2000):
+        for _ in range(1000):
             metrics.publishes.answered(0.002)
             metrics.publishes.stored(1, 0)
+        for _ in range(1000):   # a request counted at once (a single publish answered on the loop)
+            metrics.publishes.settled(1, 0, 0.002)
 
     threads = [threading.Thread(target=publish) for _ in range(4)]
     for thread in threads:
