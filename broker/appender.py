@@ -5,6 +5,8 @@ request queued so far (up to ``max_rows`` messages), assigns dense offsets, skip
 already holds, and writes their rows; requests for the same topics that were queued while it
 wrote join the transaction, until none is waiting; then it commits once. Only then are the futures
 resolved, so an ack always follows a commit, and throughput is not one fsync per request.
+What the writer tells the publishers (:class:`Stored`, :class:`Outcome`, :class:`Teller`) is in
+:mod:`broker.outcomes`.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
+from .outcomes import Outcome, Prepare, Stored, Teller
 from .partitioning import key_partition, partition_for
 from .store import AppendTx, GivenId, MessageStore, Topic
 from .store.errors import STORE_REFUSED_VALUE
@@ -38,62 +41,6 @@ class FenceCheck(Protocol):
     def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None: ...
 
 CommitListener = Callable[[str, set[int]], None]
-
-
-class Outcome(Protocol):
-    """What the writer tells a queued request's publisher, once: its coordinates, or why it failed.
-
-    A :class:`~concurrent.futures.Future` is one; so is a lighter object that only passes the word
-    on (:class:`broker.publish.PendingPublish`): a Future's lock and condition cost the writer more
-    per request than the request's own row.
-    """
-
-    def set_result(self, result: list[Stored], /) -> None: ...
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
-class Stored(NamedTuple):
-    """Where a message is stored; ``duplicate`` when its id was stored before (these are the first coordinates)."""
-
-    # A named tuple, not a frozen dataclass: the writer makes one per message, at a third of the cost.
-    id: str
-    topic: str
-    partition: int
-    offset: int
-    duplicate: bool = False
-
-    def coordinates(self) -> dict[str, Any]:
-        return {"id": self.id, "topic": self.topic, "partition": self.partition, "offset": self.offset}
-
-    def answer(self) -> dict[str, Any]:
-        """The coordinates a publisher is answered, with ``duplicate``."""
-        return {"id": self.id, "topic": self.topic, "partition": self.partition, "offset": self.offset,
-                "duplicate": self.duplicate}
-
-
-# An outcome may also have ``prepare(coordinates)``: the writer calls it with the request's
-# coordinates once its rows are written, just before the commit, so that whoever answers can make
-# the answer while the commit syncs (the sync holds no GIL). The commit may still fail: only
-# ``set_result`` says it did not, and only then may the answer be sent.
-Prepare = Callable[[list[Stored]], None]
-
-class Teller(Protocol):
-    """Tells the outcomes of one commit's requests at once, for the outcomes that name it (an
-    outcome's optional ``teller`` attribute): :class:`broker.api.fast_publish.PublishFastPath`'s,
-    which hands all of a commit's answers to the server's loop in one go.
-
-    Per request, ``prepare`` and ``set_result`` were a chain of calls and a lock each, on the
-    single writer's thread: about 8 µs a publish, most of the writer's own Python. A teller is
-    told a commit's outcomes in one call, in queue order; it must tell each outcome it is given
-    (a teller that raises is logged, and the outcomes it did not tell would never hear). A failure
-    still reaches each request alone, through its own ``set_exception``.
-    """
-
-    def prepare_all(self, told: list[tuple[Any, list[Stored]]], /) -> None:
-        """What ``outcome.prepare(stored)`` would do, for each (outcome, stored)."""
-
-    def set_results(self, told: list[tuple[Any, list[Stored]]], /) -> None:
-        """What ``outcome.set_result(stored)`` would do, for each (outcome, stored)."""
 
 
 # Stored's own constructor is Python code (a namedtuple's); the writer makes one per message with this.

@@ -16,9 +16,10 @@ from .errors import BadRequest, LimitExceeded, Unprocessable
 from .publish_decode import decode_publish
 
 if TYPE_CHECKING:
-    from .appender import Appender, Stored, Teller
+    from .appender import Appender
     from .config import Settings
     from .metrics import Metrics
+    from .outcomes import Stored, Teller
     from .topics import Topics
 
 log = logging.getLogger(__name__)
@@ -35,13 +36,13 @@ def check_name(name: Any, what: str = "topic") -> str:
 class PendingPublish:
     """A publish handed to the writer without a thread waiting for it.
 
-    The writer tells it the outcome (it is the writer's :class:`~broker.appender.Outcome`), and it
+    The writer tells it the outcome (it is the writer's :class:`~broker.outcomes.Outcome`), and it
     calls ``then(self)`` on the writer's thread; :meth:`Publisher.finish` makes the answer from it.
     With ``early``, the writer's :meth:`prepare` calls ``early(self, stored)`` before the commit:
     the answerer may make the answer meanwhile and keep it in :attr:`prepared`, and send it only
     after ``then`` told it the commit held (with ``stored`` the very list then told).
 
-    With a ``teller`` (:class:`broker.appender.Teller`), the writer tells the teller instead, for
+    With a ``teller`` (:class:`broker.outcomes.Teller`), the writer tells the teller instead, for
     all of a commit's publishes at once (it sets :attr:`stored` and answers); ``then`` still hears
     a failure. ``reply`` is the answerer's, for the teller (how to answer this publish).
     """

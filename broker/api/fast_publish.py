@@ -27,8 +27,8 @@ from .answers import error_answer
 from .fast_json import answer_bytes
 
 if TYPE_CHECKING:
-    from ..appender import Stored
     from ..node import Node
+    from ..outcomes import Stored
     from ..publish import PendingPublish
     from ..security import Authorizer
     from .routes import Routes
@@ -88,7 +88,7 @@ _UNPREFIXED = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
 class PublishFastPath:
     """WSGI middleware: answers the publishes this node owns, hands every other request to ``app``.
 
-    It is also the writer's :class:`~broker.appender.Teller` of the publishes it took inline: the
+    It is also the writer's :class:`~broker.outcomes.Teller` of the publishes it took inline: the
     writer tells it a commit's publishes at once, and it hands their answers to the loop at once.
     """
 
@@ -139,7 +139,7 @@ class PublishFastPath:
         return True
 
     def prepare_all(self, told: list[tuple[PendingPublish, list[Stored]]], /) -> None:
-        """Run by the writer just before its commit's sync (:class:`~broker.appender.Teller`): the
+        """Run by the writer just before its commit's sync (:class:`~broker.outcomes.Teller`): the
         loop makes the answers meanwhile (the sync holds no GIL), so that after the commit they
         are only sent. One job on the loop for the whole commit."""
         told[0][0].reply.soon(functools.partial(self._prepared_answers, told))
@@ -150,7 +150,7 @@ class PublishFastPath:
             pending.prepared = (stored, self._answer(*answer_body(pending.is_batch, stored), {}))
 
     def set_results(self, told: list[tuple[PendingPublish, list[Stored]]], /) -> None:
-        """Run by the writer once its commit held (:class:`~broker.appender.Teller`): the answers
+        """Run by the writer once its commit held (:class:`~broker.outcomes.Teller`): the answers
         are made later, on the loop, so that the writer's next commit does not wait for them;
         all of them handed over at once."""
         for pending, stored in told:

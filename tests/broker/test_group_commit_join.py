@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from broker.appender import Appender, Stored
+from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.errors import BadRequest
+from broker.outcomes import Stored
 from broker.store import AppendTx, MessageStore, Topic, open_store
 
 

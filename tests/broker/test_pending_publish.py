@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.appender import Appender, Stored
+from broker.appender import Appender
 from broker.envelope import NewMessage
 from broker.errors import BadRequest
+from broker.outcomes import Stored
 from broker.publish import PendingPublish
 from broker.store import open_store
 from broker.store.sql import Store, Topic
@@ -122,7 +123,7 @@ def test_a_value_sqlite_refuses_fails_only_its_publish_as_a_bad_request(tmp_path
 
 
 class RecordingTeller:
-    """A :class:`broker.appender.Teller` that records what the writer told it, in order."""
+    """A :class:`broker.outcomes.Teller` that records what the writer told it, in order."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[tuple[PendingPublish, list[Stored]]]]] = []
