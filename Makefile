@@ -27,7 +27,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # --no-compile: pip otherwise compiles every module it installs, all of PySpark's included; most
 # are never imported. Measured on the loaded 2-core machine, a fresh venv from a warm pip cache:
 # 35.5 CPU-s with it, 17.5-20.2 without. Python compiles (and caches, see PYTHONDONTWRITEBYTECODE
-# below) the modules a run imports on first use instead.
+# above) the modules a run imports on first use instead.
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
