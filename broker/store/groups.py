@@ -104,9 +104,8 @@ class GroupStore:
             elif not tables.insert_subscriber(wanted, created_ms=at):
                 raise Conflict(f"subscriber {sid!r} was registered concurrently; retry", code="subscriber_exists")
             assignment = self.rebalance(topic, partition_count, group)
-            subscriber = tables.get(sid)
-            assert subscriber is not None
-            return subscriber, sorted(p for p, s in assignment.items() if s == sid)
+            # The row is what was just written (its lease changes only under this lock): no re-read.
+            return wanted, sorted(p for p, s in assignment.items() if s == sid)
 
     def remove(self, topic: str, partition_count: int, group: str, sid: str) -> bool:
         """Delete subscriber ``sid`` of ``group`` and rebalance; False when it was not there."""
