@@ -75,6 +75,8 @@ _DROP_OPTIONS = delete(delivery_options).where(
     delivery_options.c.scope == bindparam("scope"))
 _PUT_OPTIONS = delivery_options.insert().values(topic=bindparam("topic"), group_name=bindparam("group"),
                                                 scope=bindparam("scope"), options=bindparam("options"))
+_INSERT_SUBSCRIBER = subscribers.insert()
+_UPDATE_SUBSCRIBER = update(subscribers).where(subscribers.c.id == bindparam("sid"))
 _UNASSIGN_SQL = 'DELETE FROM toymb_assignments WHERE "topic" = ? AND "group_name" = ? AND "partition" = ?'
 _ASSIGN_SQL = 'INSERT INTO toymb_assignments ("topic", "group_name", "partition", "subscriber_id") VALUES (?, ?, ?, ?)'
 _INSERT_OFFSETS_SQL = ('INSERT INTO toymb_group_offsets ("topic", "group_name", "partition", "next_offset") '
@@ -132,17 +134,22 @@ class SqlGroupTables:
     def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
         try:
             with self.engine.begin() as conn:
-                conn.execute(subscribers.insert().values(id=subscriber.id, topic=subscriber.topic,
-                                                         group_name=subscriber.group, created_ms=created_ms,
-                                                         **self._values(subscriber)))
+                self._insert(conn, subscriber, created_ms)
         except IntegrityError:
             return False
         return True
 
+    def _insert(self, conn: Connection, subscriber: Subscriber, created_ms: int) -> None:
+        conn.execute(_INSERT_SUBSCRIBER, {"id": subscriber.id, "topic": subscriber.topic,
+                                          "group_name": subscriber.group, "created_ms": created_ms,
+                                          **self._values(subscriber)})
+
     def update_subscriber(self, subscriber: Subscriber) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(subscribers).where(subscribers.c.id == subscriber.id)
-                         .values(**self._values(subscriber)))
+            self._update(conn, subscriber)
+
+    def _update(self, conn: Connection, subscriber: Subscriber) -> None:
+        conn.execute(_UPDATE_SUBSCRIBER, {"sid": subscriber.id, **self._values(subscriber)})
 
     def set_lease(self, sid: str, lease_until_ms: int) -> None:
         with self.engine.begin() as conn:
@@ -195,21 +202,41 @@ class SqlGroupTables:
 
     # -- assignment ---------------------------------------------------------------------------
 
+    def join(self, subscriber: Subscriber, created_ms: int | None, at_ms: int, plan: Plan) -> dict[int, str] | None:
+        # One transaction, so one commit (and one fsync) for a registration's subscriber row and
+        # the assignment it changes; a member that joins is never stored without its partitions.
+        inserted = False
+        try:
+            with self.engine.begin() as conn:
+                if created_ms is None:
+                    self._update(conn, subscriber)
+                else:
+                    self._insert(conn, subscriber, created_ms)
+                inserted = True
+                return self._reassign(conn, subscriber.topic, subscriber.group, at_ms, plan)
+        except IntegrityError:
+            if inserted or created_ms is None:
+                raise  # not the subscriber's id: a fault of the assignment rows, not a race
+            return None
+
     def reassign(self, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
         with self.engine.begin() as conn:
-            live = list(conn.execute(_LIVE, {"topic": topic, "group": group, "at": at_ms}).scalars().all())
-            # fetchall, not a row at a time: SQLAlchemy's per-row fetch cost more than the read.
-            current = dict(conn.execute(_ASSIGNMENT, {"topic": topic, "group": group}).tuples().all())
-            new = plan(live, current)
-            # Only what changed is written: a rebalance that moves nothing writes nothing. In the
-            # driver's own text and executemany: SQLAlchemy made each row's parameters in Python.
-            mark = self._mark
-            moved = [(topic, group, p) for p, s in current.items() if new.get(p) != s]
-            if moved:
-                conn.exec_driver_sql(_UNASSIGN_SQL.replace("?", mark), moved)
-            added = [(topic, group, p, s) for p, s in new.items() if current.get(p) != s]
-            if added:
-                conn.exec_driver_sql(_ASSIGN_SQL.replace("?", mark), added)
+            return self._reassign(conn, topic, group, at_ms, plan)
+
+    def _reassign(self, conn: Connection, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
+        live = list(conn.execute(_LIVE, {"topic": topic, "group": group, "at": at_ms}).scalars().all())
+        # fetchall, not a row at a time: SQLAlchemy's per-row fetch cost more than the read.
+        current = dict(conn.execute(_ASSIGNMENT, {"topic": topic, "group": group}).tuples().all())
+        new = plan(live, current)
+        # Only what changed is written: a rebalance that moves nothing writes nothing. In the
+        # driver's own text and executemany: SQLAlchemy made each row's parameters in Python.
+        mark = self._mark
+        moved = [(topic, group, p) for p, s in current.items() if new.get(p) != s]
+        if moved:
+            conn.exec_driver_sql(_UNASSIGN_SQL.replace("?", mark), moved)
+        added = [(topic, group, p, s) for p, s in new.items() if current.get(p) != s]
+        if added:
+            conn.exec_driver_sql(_ASSIGN_SQL.replace("?", mark), added)
         return new
 
     def assignment(self, topic: str, group: str) -> dict[int, str]:
