@@ -125,9 +125,17 @@ def register(topic: str, group: str) -> Any:
     d.topics.get(topic, create=create)
     # Before joining: the first push must already be filtered and signed.
     d.control.set_policy(topic, group, filter_text, dead_letter)
-    secret = d.control.set_push(topic, group, sid, asked) if asked is not None else None
-    # A consume-only token may join a topic, never create one (PUT of the topic is refused to it too).
-    sub, partitions = d.register(topic, group, sid, mode=mode, url=url, start=start, create=create)
+    # The dispatcher reloads the group once, after the join (Delivery.register tells it): told of
+    # the options too, it reloaded twice per registration, the first time for nothing.
+    secret = d.control.set_push(topic, group, sid, asked, reload=False) if asked is not None else None
+    registered = False
+    try:
+        # A consume-only token may join a topic, never create one (PUT of the topic is refused to it too).
+        sub, partitions = d.register(topic, group, sid, mode=mode, url=url, start=start, create=create)
+        registered = True
+    finally:
+        if asked is not None and not registered:
+            d.dispatcher.invalidate(topic, group)  # the options of a member may have changed all the same
     answer: dict[str, Any] = {"subscriber_id": sub.id, "topic": topic, "group": group, "mode": sub.mode,
                               "partitions": partitions, "lease_ms": node().settings.subscriber_lease_ms}
     if secret is not None:

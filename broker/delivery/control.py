@@ -70,12 +70,13 @@ class DeliveryControl:
                      wanted.dead_letter)
         self.policies.invalidate(topic, group)
 
-    def set_push(self, topic: str, group: str, sid: str, asked: PushRequest) -> str | None:
+    def set_push(self, topic: str, group: str, sid: str, asked: PushRequest, *, reload: bool = True) -> str | None:
         """Store a push subscriber's format and secrets; the secret to reveal (once), if one was made.
 
         A new subscriber gets a new secret unless it brought its own; an existing one keeps its
         secret unless it asks for a new one or brings another (rotation, with ``overlap_ms``).
-        With ``signing`` false it has no secret, and its pushes are not signed.
+        With ``signing`` false it has no secret, and its pushes are not signed. Without ``reload``
+        the dispatcher is not told: the caller (a registration) tells it once it is done.
         """
         text = self.groups.options(topic, group).get(sid)
         current = PushOptions.from_text(text)
@@ -91,7 +92,8 @@ class DeliveryControl:
             updated = PushOptions(fmt, current.secrets).rotated(reveal, asked.overlap_ms, now_ms())
         if text is None or updated != current:
             self.groups.put_options(topic, group, sid, json.dumps(updated.to_json()))
-            self.dispatcher.invalidate(topic, group)
+            if reload:
+                self.dispatcher.invalidate(topic, group)
         return reveal
 
     def rotate(self, topic: str, group: str, sid: str, secret: str | None, overlap_ms: int) -> tuple[str | None, int]:

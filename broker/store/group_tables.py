@@ -137,6 +137,10 @@ class GroupTables(Protocol):
     def reassign(self, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
         """In one transaction: ``plan`` over the subscribers live at ``at_ms`` and the current
         assignment; store the new assignment and return it."""
+    def join(self, subscriber: Subscriber, created_ms: int | None, at_ms: int, plan: Plan) -> dict[int, str] | None:
+        """In one transaction: insert ``subscriber`` (new, with ``created_ms``) or, with ``created_ms``
+        None, store the mode, url, compat flag and lease of the existing one; then :meth:`reassign`.
+        None, and nothing written, when a new subscriber's id was taken meanwhile."""
     def assignment(self, topic: str, group: str) -> dict[int, str]: ...
     def partitions_of(self, sid: str) -> list[int]: ...
 

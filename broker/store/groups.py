@@ -99,14 +99,12 @@ class GroupStore:
                                     max=max_members)
             self._init_offsets(topic, partition_count, group, start)
             wanted = Subscriber(sid, topic, group, mode, url, compat, lease_until_ms)
-            if existing is not None:
-                tables.update_subscriber(wanted)
-            elif not tables.insert_subscriber(wanted, created_ms=at):
+            assignment = tables.join(wanted, None if existing is not None else at, now_ms(),
+                                     lambda live, current: self._assign(partition_count, live, current))
+            if assignment is None:
                 raise Conflict(f"subscriber {sid!r} was registered concurrently; retry", code="subscriber_exists")
-            assignment = self.rebalance(topic, partition_count, group)
-            subscriber = tables.get(sid)
-            assert subscriber is not None
-            return subscriber, sorted(p for p, s in assignment.items() if s == sid)
+            # The row is what was just written (its lease changes only under this lock): no re-read.
+            return wanted, sorted(p for p, s in assignment.items() if s == sid)
 
     def remove(self, topic: str, partition_count: int, group: str, sid: str) -> bool:
         """Delete subscriber ``sid`` of ``group`` and rebalance; False when it was not there."""

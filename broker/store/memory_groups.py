@@ -112,6 +112,14 @@ class MemoryGroupTables:
             self._data.assignments[(topic, group)] = dict(new)
             return new
 
+    def join(self, subscriber: Subscriber, created_ms: int | None, at_ms: int, plan: Plan) -> dict[int, str] | None:
+        with self._data.lock:
+            if created_ms is None:
+                self.update_subscriber(subscriber)
+            elif not self.insert_subscriber(subscriber, created_ms):
+                return None
+            return self.reassign(subscriber.topic, subscriber.group, at_ms, plan)
+
     def assignment(self, topic: str, group: str) -> dict[int, str]:
         with self._data.lock:
             return dict(self._data.assignments.get((topic, group), {}))

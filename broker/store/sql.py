@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, inspect, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.pool import NullPool
 
@@ -28,6 +28,9 @@ from .schema import message_ids, messages, partitions, topics
 log = logging.getLogger(__name__)
 
 _ID_CHUNK = 500
+# Built once: the dispatcher reads a topic's ends at every reload of a group, and building the
+# expression cost more than the read. Fetched at once (fetchall), not a SQLAlchemy row at a time.
+_END_OFFSETS = select(partitions.c.partition, partitions.c.next_offset).where(partitions.c.topic == bindparam("topic"))
 
 # A publisher-given id's row in toymb_message_ids: (topic, id, partition, offset).
 GivenId = tuple[str, str, int, int]
@@ -297,11 +300,10 @@ class Store:
 
     def end_offsets(self, topic: str, conn: Connection | None = None) -> dict[int, int]:
         """Next offset to be written, per partition."""
-        query = select(partitions.c.partition, partitions.c.next_offset).where(partitions.c.topic == topic)
         if conn is not None:
-            return {p: n for p, n in conn.execute(query)}
+            return dict(conn.execute(_END_OFFSETS, {"topic": topic}).tuples().all())
         with self.engine.connect() as own:
-            return {p: n for p, n in own.execute(query)}
+            return dict(own.execute(_END_OFFSETS, {"topic": topic}).tuples().all())
 
     @staticmethod
     def row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:

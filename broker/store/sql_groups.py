@@ -52,6 +52,37 @@ def _offsets_sql(count: int, mark: str) -> str:
             'AND "partition" IN ({1})').format(mark, ", ".join([mark] * count))
 
 
+# The statements of a registration and of the dispatcher's reload, built once with bound
+# parameters: building ``column == value`` expressions and their cache keys anew on every call
+# cost more than running the statements (a registration made a dozen of them).
+_GET = select(subscribers).where(subscribers.c.id == bindparam("sid"))
+_MEMBERS = (select(subscribers).where(subscribers.c.topic == bindparam("topic"),
+                                      subscribers.c.group_name == bindparam("group"))
+            .order_by(subscribers.c.id))
+_LIVE = select(subscribers.c.id).where(subscribers.c.topic == bindparam("topic"),
+                                       subscribers.c.group_name == bindparam("group"),
+                                       subscribers.c.lease_until_ms >= bindparam("at"))
+_ASSIGNMENT = select(assignments.c.partition, assignments.c.subscriber_id).where(
+    assignments.c.topic == bindparam("topic"), assignments.c.group_name == bindparam("group"))
+_COMMITTED = select(group_offsets.c.partition, group_offsets.c.next_offset).where(
+    group_offsets.c.topic == bindparam("topic"), group_offsets.c.group_name == bindparam("group"))
+_OPTIONS = select(delivery_options.c.scope, delivery_options.c.options).where(
+    delivery_options.c.topic == bindparam("topic"), delivery_options.c.group_name == bindparam("group"))
+
+
+_DROP_OPTIONS = delete(delivery_options).where(
+    delivery_options.c.topic == bindparam("topic"), delivery_options.c.group_name == bindparam("group"),
+    delivery_options.c.scope == bindparam("scope"))
+_PUT_OPTIONS = delivery_options.insert().values(topic=bindparam("topic"), group_name=bindparam("group"),
+                                                scope=bindparam("scope"), options=bindparam("options"))
+_INSERT_SUBSCRIBER = subscribers.insert()
+_UPDATE_SUBSCRIBER = update(subscribers).where(subscribers.c.id == bindparam("sid"))
+_UNASSIGN_SQL = 'DELETE FROM toymb_assignments WHERE "topic" = ? AND "group_name" = ? AND "partition" = ?'
+_ASSIGN_SQL = 'INSERT INTO toymb_assignments ("topic", "group_name", "partition", "subscriber_id") VALUES (?, ?, ?, ?)'
+_INSERT_OFFSETS_SQL = ('INSERT INTO toymb_group_offsets ("topic", "group_name", "partition", "next_offset") '
+                       'VALUES (?, ?, ?, ?)')
+
+
 def _subscriber(row: Any) -> Subscriber:
     return Subscriber(row.id, row.topic, row.group_name, row.mode, row.url, bool(row.compat),
                       row.lease_until_ms)
@@ -70,6 +101,7 @@ class SqlGroupTables:
         # cache, so readers lose no parallelism waiting here; over a network (PostgreSQL,
         # MariaDB) the wait is the round trip, and reads overlap.
         self._sqlite = self.engine.dialect.name == "sqlite"
+        self._mark = "?" if self._sqlite else "%s"  # the driver's positional parameter
         self._read_turn: contextlib.AbstractContextManager[Any] = (
             threading.Lock() if self._sqlite else contextlib.nullcontext())
         # Taking turns, SQLite's readers need one connection, kept open: checking one out of the
@@ -82,7 +114,7 @@ class SqlGroupTables:
 
     def get(self, sid: str) -> Subscriber | None:
         with self.engine.connect() as conn:
-            row = conn.execute(select(subscribers).where(subscribers.c.id == sid)).first()
+            row = conn.execute(_GET, {"sid": sid}).first()
         return None if row is None else _subscriber(row)
 
     def topic_of(self, sid: str) -> str | None:
@@ -91,10 +123,8 @@ class SqlGroupTables:
         return None if topic is None else str(topic)
 
     def members(self, topic: str, group: str) -> list[Subscriber]:
-        query = (select(subscribers).where(subscribers.c.topic == topic, subscribers.c.group_name == group)
-                 .order_by(subscribers.c.id))
         with self.engine.connect() as conn:
-            return [_subscriber(r) for r in conn.execute(query)]
+            return [_subscriber(r) for r in conn.execute(_MEMBERS, {"topic": topic, "group": group}).all()]
 
     @staticmethod
     def _values(subscriber: Subscriber) -> dict[str, Any]:
@@ -104,17 +134,22 @@ class SqlGroupTables:
     def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
         try:
             with self.engine.begin() as conn:
-                conn.execute(subscribers.insert().values(id=subscriber.id, topic=subscriber.topic,
-                                                         group_name=subscriber.group, created_ms=created_ms,
-                                                         **self._values(subscriber)))
+                self._insert(conn, subscriber, created_ms)
         except IntegrityError:
             return False
         return True
 
+    def _insert(self, conn: Connection, subscriber: Subscriber, created_ms: int) -> None:
+        conn.execute(_INSERT_SUBSCRIBER, {"id": subscriber.id, "topic": subscriber.topic,
+                                          "group_name": subscriber.group, "created_ms": created_ms,
+                                          **self._values(subscriber)})
+
     def update_subscriber(self, subscriber: Subscriber) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(subscribers).where(subscribers.c.id == subscriber.id)
-                         .values(**self._values(subscriber)))
+            self._update(conn, subscriber)
+
+    def _update(self, conn: Connection, subscriber: Subscriber) -> None:
+        conn.execute(_UPDATE_SUBSCRIBER, {"sid": subscriber.id, **self._values(subscriber)})
 
     def set_lease(self, sid: str, lease_until_ms: int) -> None:
         with self.engine.begin() as conn:
@@ -167,30 +202,46 @@ class SqlGroupTables:
 
     # -- assignment ---------------------------------------------------------------------------
 
+    def join(self, subscriber: Subscriber, created_ms: int | None, at_ms: int, plan: Plan) -> dict[int, str] | None:
+        # One transaction, so one commit (and one fsync) for a registration's subscriber row and
+        # the assignment it changes; a member that joins is never stored without its partitions.
+        inserted = False
+        try:
+            with self.engine.begin() as conn:
+                if created_ms is None:
+                    self._update(conn, subscriber)
+                else:
+                    self._insert(conn, subscriber, created_ms)
+                inserted = True
+                return self._reassign(conn, subscriber.topic, subscriber.group, at_ms, plan)
+        except IntegrityError:
+            if inserted or created_ms is None:
+                raise  # not the subscriber's id: a fault of the assignment rows, not a race
+            return None
+
     def reassign(self, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
-        where = (assignments.c.topic == topic, assignments.c.group_name == group)
         with self.engine.begin() as conn:
-            live = [r[0] for r in conn.execute(select(subscribers.c.id).where(
-                subscribers.c.topic == topic, subscribers.c.group_name == group,
-                subscribers.c.lease_until_ms >= at_ms))]
-            current = {p: s for p, s in conn.execute(
-                select(assignments.c.partition, assignments.c.subscriber_id).where(*where))}
-            new = plan(live, current)
-            # Only what changed is written: a rebalance that moves nothing writes nothing.
-            moved = [p for p, s in current.items() if new.get(p) != s]
-            if moved:
-                conn.execute(delete(assignments).where(*where, assignments.c.partition.in_(moved)))
-            added = [{"topic": topic, "group_name": group, "partition": p, "subscriber_id": s}
-                     for p, s in new.items() if current.get(p) != s]
-            if added:
-                conn.execute(assignments.insert(), added)
+            return self._reassign(conn, topic, group, at_ms, plan)
+
+    def _reassign(self, conn: Connection, topic: str, group: str, at_ms: int, plan: Plan) -> dict[int, str]:
+        live = list(conn.execute(_LIVE, {"topic": topic, "group": group, "at": at_ms}).scalars().all())
+        # fetchall, not a row at a time: SQLAlchemy's per-row fetch cost more than the read.
+        current = dict(conn.execute(_ASSIGNMENT, {"topic": topic, "group": group}).tuples().all())
+        new = plan(live, current)
+        # Only what changed is written: a rebalance that moves nothing writes nothing. In the
+        # driver's own text and executemany: SQLAlchemy made each row's parameters in Python.
+        mark = self._mark
+        moved = [(topic, group, p) for p, s in current.items() if new.get(p) != s]
+        if moved:
+            conn.exec_driver_sql(_UNASSIGN_SQL.replace("?", mark), moved)
+        added = [(topic, group, p, s) for p, s in new.items() if current.get(p) != s]
+        if added:
+            conn.exec_driver_sql(_ASSIGN_SQL.replace("?", mark), added)
         return new
 
     def assignment(self, topic: str, group: str) -> dict[int, str]:
-        query = select(assignments.c.partition, assignments.c.subscriber_id).where(
-            assignments.c.topic == topic, assignments.c.group_name == group)
         with self.engine.connect() as conn:
-            return {p: s for p, s in conn.execute(query)}
+            return dict(conn.execute(_ASSIGNMENT, {"topic": topic, "group": group}).tuples().all())
 
     def partitions_of(self, sid: str) -> list[int]:
         query = select(assignments.c.partition).where(assignments.c.subscriber_id == sid).order_by(
@@ -201,16 +252,14 @@ class SqlGroupTables:
     # -- offsets ------------------------------------------------------------------------------
 
     def committed(self, topic: str, group: str) -> dict[int, int]:
-        query = select(group_offsets.c.partition, group_offsets.c.next_offset).where(
-            group_offsets.c.topic == topic, group_offsets.c.group_name == group)
         with self.engine.connect() as conn:
-            return {p: n for p, n in conn.execute(query)}
+            return dict(conn.execute(_COMMITTED, {"topic": topic, "group": group}).tuples().all())
 
     def insert_offsets(self, topic: str, group: str, offsets: dict[int, int]) -> None:
-        rows = [{"topic": topic, "group_name": group, "partition": p, "next_offset": n} for p, n in offsets.items()]
+        rows = [(topic, group, p, n) for p, n in offsets.items()]
         try:
             with self.engine.begin() as conn:
-                conn.execute(group_offsets.insert(), rows)
+                conn.exec_driver_sql(_INSERT_OFFSETS_SQL.replace("?", self._mark), rows)
         except IntegrityError:
             pass  # another registration of the same new group won the race; its offsets stand
 
@@ -288,20 +337,17 @@ class SqlGroupTables:
     # -- delivery options ---------------------------------------------------------------------
 
     def options(self, topic: str, group: str) -> dict[str, str]:
-        query = select(delivery_options.c.scope, delivery_options.c.options).where(
-            delivery_options.c.topic == topic, delivery_options.c.group_name == group)
         with self.engine.connect() as conn:
-            return {str(scope): str(text) for scope, text in conn.execute(query)}
+            rows = conn.execute(_OPTIONS, {"topic": topic, "group": group}).tuples().all()
+        return {str(scope): str(text) for scope, text in rows}
 
     def put_options(self, topic: str, group: str, scope: str, text: str | None) -> None:
-        where = (delivery_options.c.topic == topic, delivery_options.c.group_name == group,
-                 delivery_options.c.scope == scope)
+        key = {"topic": topic, "group": group, "scope": scope}
         with self.engine.begin() as conn:
             # Delete then insert, in one transaction: portable across the three databases.
-            conn.execute(delete(delivery_options).where(*where))
+            conn.execute(_DROP_OPTIONS, key)
             if text is not None:
-                conn.execute(delivery_options.insert().values(topic=topic, group_name=group, scope=scope,
-                                                              options=text))
+                conn.execute(_PUT_OPTIONS, {**key, "options": text})
 
     # -- message windows ----------------------------------------------------------------------
 

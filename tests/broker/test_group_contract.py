@@ -10,7 +10,8 @@ import pytest
 
 from broker.appender import Appender
 from broker.errors import Conflict, LimitExceeded
-from broker.store import GroupRepository, Repositories, Topic, now_ms
+from broker.store import GroupRepository, Repositories, Subscriber, Topic, now_ms
+from broker.store.groups import group_tables
 from tests.broker.conftest import fill
 
 HOUR_MS = 3_600_000
@@ -49,6 +50,22 @@ def test_register_refuses_another_group_and_a_full_group(repos: Repositories) ->
     _join(groups, topic, "b", max_members=2, lease_ms=-1000)
     _join(groups, topic, "c", max_members=2)
     assert [m.id for m in groups.members("t", "g")] == ["a", "b", "c"]
+
+
+def test_a_join_stores_its_member_and_partitions_together_or_nothing(repos: Repositories) -> None:
+    groups = repos.groups
+    topic, _ = repos.messages.ensure_topic("t", 4)
+    joined, partitions = groups.register("t", 4, "g", "a", mode="push", url="http://127.0.0.1:9/p", compat=False,
+                                         lease_until_ms=now_ms() + 60_000, start="earliest", max_members=10)
+    assert groups.get("a") == joined, "the subscriber answered is the one stored"
+    assert partitions == [0, 1, 2, 3] and groups.assignment("t", "g") == dict.fromkeys(range(4), "a")
+
+    # Another registration took the id between the check and the insert (two nodes during an
+    # ownership change): the join writes nothing, and the group keeps its assignment.
+    tables = group_tables(repos.messages)
+    late = Subscriber("a", "t", "h", "pull", None, False, now_ms() + 60_000)
+    assert tables.join(late, now_ms(), now_ms(), lambda live, current: dict.fromkeys(range(4), "a")) is None
+    assert groups.get("a") == joined and groups.assignment("t", "h") == {} and groups.members("t", "h") == []
 
 
 def test_rebalance_gives_every_partition_to_live_subscribers_only(repos: Repositories) -> None:
