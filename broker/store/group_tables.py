@@ -115,10 +115,6 @@ class GroupTables(Protocol):
     def topic_of(self, sid: str) -> str | None: ...
     def members(self, topic: str, group: str) -> list[Subscriber]:
         """The group's subscribers, live or not, by id."""
-    def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
-        """Insert a new subscriber; False when its id was taken meanwhile."""
-    def update_subscriber(self, subscriber: Subscriber) -> None:
-        """Store the mode, url, compat flag and lease of an existing subscriber."""
     def set_lease(self, sid: str, lease_until_ms: int) -> None: ...
     def delete_subscriber(self, topic: str, group: str, sid: str) -> bool:
         """Delete ``sid`` if it belongs to ``group`` of ``topic``; whether it did."""

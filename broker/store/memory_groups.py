@@ -46,14 +46,14 @@ class MemoryGroupTables:
             found = [s for s in self._data.subscribers.values() if (s.topic, s.group) == (topic, group)]
         return sorted(found, key=lambda s: s.id)
 
-    def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
+    def _insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
         with self._data.lock:
             if subscriber.id in self._data.subscribers:
                 return False
             self._data.subscribers[subscriber.id] = subscriber
             return True
 
-    def update_subscriber(self, subscriber: Subscriber) -> None:
+    def _update_subscriber(self, subscriber: Subscriber) -> None:
         with self._data.lock:
             found = self._data.subscribers.get(subscriber.id)
             if found is not None:  # the topic and group of a subscriber never change
@@ -115,8 +115,8 @@ class MemoryGroupTables:
     def join(self, subscriber: Subscriber, created_ms: int | None, at_ms: int, plan: Plan) -> dict[int, str] | None:
         with self._data.lock:
             if created_ms is None:
-                self.update_subscriber(subscriber)
-            elif not self.insert_subscriber(subscriber, created_ms):
+                self._update_subscriber(subscriber)
+            elif not self._insert_subscriber(subscriber, created_ms):
                 return None
             return self.reassign(subscriber.topic, subscriber.group, at_ms, plan)
 

@@ -131,22 +131,10 @@ class SqlGroupTables:
         return {"mode": subscriber.mode, "url": subscriber.url, "compat": int(subscriber.compat),
                 "lease_until_ms": subscriber.lease_until_ms}
 
-    def insert_subscriber(self, subscriber: Subscriber, created_ms: int) -> bool:
-        try:
-            with self.engine.begin() as conn:
-                self._insert(conn, subscriber, created_ms)
-        except IntegrityError:
-            return False
-        return True
-
     def _insert(self, conn: Connection, subscriber: Subscriber, created_ms: int) -> None:
         conn.execute(_INSERT_SUBSCRIBER, {"id": subscriber.id, "topic": subscriber.topic,
                                           "group_name": subscriber.group, "created_ms": created_ms,
                                           **self._values(subscriber)})
-
-    def update_subscriber(self, subscriber: Subscriber) -> None:
-        with self.engine.begin() as conn:
-            self._update(conn, subscriber)
 
     def _update(self, conn: Connection, subscriber: Subscriber) -> None:
         conn.execute(_UPDATE_SUBSCRIBER, {"sid": subscriber.id, **self._values(subscriber)})
