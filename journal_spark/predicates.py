@@ -173,6 +173,40 @@ def _all_test(tests: tuple[Callable[[Any], bool], ...]) -> Callable[[Any], bool]
 
 Predicate = Compare | AnyOf | AllOf
 
+
+def headers_test(predicate: Predicate) -> Callable[[Mapping[str, str]], bool] | None:
+    """``predicate`` as one function of a message's headers, when it reads headers only (else None).
+
+    A group's filter runs for every message a group is pushed. Its nested closures (a test per
+    comparison, a lookup per operand, ``and``/``or`` per level) cost about three times one
+    function that does the same; this one is generated from the predicate's shape alone: the
+    operands' lookups (:func:`~journal_spark.header_names.header_finder`, the same as
+    :func:`field_getter`'s) and the compared values are bound as names, never written into the
+    source, so no text of the predicate reaches the compiler.
+    """
+    names: dict[str, Any] = {}
+
+    def emit(part: Predicate) -> str:
+        if isinstance(part, Compare):
+            if not part.operand.startswith("msg.header."):
+                raise LookupError(part.operand)
+            n = len(names) // 2
+            names[f"g{n}"] = header_finder(part.operand[len("msg.header."):])
+            names[f"k{n}"] = part.value
+            if part.op == "^=":
+                return f"((v{n} := g{n}(h)) is not None and v{n}.startswith(k{n}))"
+            return f"(g{n}(h) {'==' if part.op == '==' else '!='} k{n})"
+        joiner = " or " if isinstance(part, AnyOf) else " and "
+        return "(" + joiner.join(emit(p) for p in part.parts) + ")"
+
+    try:
+        source = f"lambda h: bool({emit(predicate)})"
+    except LookupError:
+        return None
+    test: Callable[[Mapping[str, str]], bool] = eval(compile(source, "<filter>", "eval"), names)
+    return test
+
+
 # A "^" is part of a word unless "=" follows it (then it is the prefix operator).
 _TOKEN = re.compile(r"""\s*(?:(?P<op>&&|\|\||==|!=|\^=|\(|\))|"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'"""
                     r"""|(?P<word>(?:[^\s()&|=!"'^]|\^(?!=))+))""")

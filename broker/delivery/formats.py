@@ -22,6 +22,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 from urllib.parse import quote
 
@@ -92,17 +93,17 @@ def _dumps(envelope: dict[str, Any]) -> bytes:
         return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def fit_envelopes(rows: list[Any], wanted: set[tuple[int, int]] | None, attempt: Callable[[Any], int],
+def fit_envelopes(rows: list[Any], wanted: list[bool] | None, attempt: Callable[[Any], int],
                   max_bytes: int) -> tuple[list[Any], list[bytes]]:
     """A prefix of ``rows`` whose wanted messages' envelopes weigh at most ``max_bytes`` (at least
     one), and those envelopes. Each weighs its UTF-8 bytes and the comma that separates it from the
-    next. Rows a filter left out weigh nothing: they are not sent. ``wanted`` None: every row is
-    (no filter)."""
+    next. Rows a filter left out (``wanted[i]`` false for ``rows[i]``) weigh nothing: they are not
+    sent. ``wanted`` None: every row is (no filter)."""
     kept: list[Any] = []
     envelopes: list[bytes] = []
     total = 0
-    for row in rows:
-        if wanted is None or (row.partition, row.offset) in wanted:
+    for row, want in zip(rows, repeat(True) if wanted is None else wanted, strict=False):
+        if want:
             text = envelope_json(row, attempt(row))
             total += len(text) + 1
             if envelopes and total > max_bytes:

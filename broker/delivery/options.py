@@ -7,6 +7,7 @@ Validation of what a client sends is here too, so the route and the store agree 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any
 import msgspec
 
 from driver.signatures import SignatureError, new_secret, secret_key
-from journal_spark.predicates import parse_predicate
+from journal_spark.predicates import headers_test, parse_predicate
 
 from ..envelope import MessageRow
 from ..errors import BadRequest
@@ -44,11 +45,14 @@ class DeadLetterPolicy:
                 "max_backoff_ms": self.max_backoff_ms}
 
 
+_decode_headers = msgspec.json.decode
+
+
 def _filter_row(row: MessageRow) -> dict[str, Any]:
     """The fields a predicate reads, from a stored row."""
     # msgspec: the node wrote these headers itself (a JSON object of strings), and json.loads took
     # a third of a filter's cost per message.
-    headers = msgspec.json.decode(row.headers) if isinstance(row.headers, str) else dict(row.headers)
+    headers = _decode_headers(row.headers) if isinstance(row.headers, str) else dict(row.headers)
     return {"topic": row.topic, "key": row.key, "id": row.id, "headers": headers}
 
 
@@ -59,9 +63,14 @@ class GroupPolicy:
     filter: str | None = None
     dead_letter: DeadLetterPolicy | None = None
     _match: Callable[[Any], bool] | None = field(default=None, compare=False, repr=False)
+    # The filter as one function of the headers, when it reads nothing else (headers_test).
+    _match_headers: Callable[[Any], bool] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, row: MessageRow) -> bool:
         """Whether the group wants ``row`` (always, without a filter)."""
+        if self._match_headers is not None:
+            headers = row.headers
+            return self._match_headers(_decode_headers(headers) if isinstance(headers, str) else headers)
         return self._match is None or bool(self._match(_filter_row(row)))
 
     def to_json(self) -> dict[str, Any]:
@@ -74,16 +83,24 @@ class GroupPolicy:
 
     @classmethod
     def build(cls, filter_text: str | None, dead_letter: DeadLetterPolicy | None) -> GroupPolicy:
-        match = None if filter_text is None else parse_predicate(filter_text).test
-        return cls(filter_text, dead_letter, match)
+        if filter_text is None:
+            return cls(None, dead_letter)
+        predicate = parse_predicate(filter_text)
+        return cls(filter_text, dead_letter, predicate.test, headers_test(predicate))
 
     @classmethod
     def from_text(cls, text: str | None) -> GroupPolicy:
-        if not text:
-            return cls()
-        raw = json.loads(text)
-        dead = raw.get("dead_letter")
-        return cls.build(raw.get("filter"), None if dead is None else DeadLetterPolicy(**dead))
+        """The policy stored as ``text``; the same object for the same text (a policy never changes):
+        the dispatcher reads a group's policy at every reload, and parsing and compiling a filter
+        cost 0.15 ms (up to 4 ms for one of MAX_FILTER_CHARS)."""
+        return _policy_from_text(text) if text else cls()
+
+
+@functools.lru_cache(maxsize=1024)
+def _policy_from_text(text: str) -> GroupPolicy:
+    raw = json.loads(text)
+    dead = raw.get("dead_letter")
+    return GroupPolicy.build(raw.get("filter"), None if dead is None else DeadLetterPolicy(**dead))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ lanes and targets belong to the dispatcher's scheduler.
 from __future__ import annotations
 
 import threading
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from .formats import fit_envelopes, single_body
@@ -48,8 +49,9 @@ class RoundSender:
             policy = state.policy
         limit = 1 if careful else s.push_batch
         read = self.groups.read(state.topic, starts, limit, ends)
-        # Without a filter every message is wanted: no set of them to build and look up per row.
-        wanted = None if policy.filter is None else {(r.partition, r.offset) for r in read if policy.matches(r)}
+        # Per row of ``read``, whether the filter wants it; without a filter every row is wanted:
+        # nothing to make or look up per row.
+        wanted = None if policy.filter is None else [policy.matches(r) for r in read]
 
         def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
             return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
@@ -79,11 +81,12 @@ class RoundSender:
             body = batch_body(sub.id, state.topic, state.group, envelopes)
             batch = self.pusher.post(str(sub.url), body, self._headers(target, rows, wanted, body))
         delivered = 0
-        for row in rows:  # in (partition, offset) order
+        # In (partition, offset) order. rows is a prefix of read, and wanted is per row of read.
+        for row, want in zip(rows, repeat(True) if wanted is None else wanted, strict=False):
             p = row.partition
             if p in failed:
                 continue  # keep order: nothing after a failed message of the same partition
-            if wanted is None or (p, row.offset) in wanted:
+            if want:
                 outcome = batch if batch is not None else self._post_one(state, target, row, attempt(row))
                 if not outcome.ok:
                     failed[p] = (row, outcome)
@@ -99,10 +102,10 @@ class RoundSender:
         if failed:
             self.failures.handle(state, target, failed)
 
-    def _headers(self, target: Target, rows: list[Any], wanted: set[tuple[int, int]] | None,
+    def _headers(self, target: Target, rows: list[Any], wanted: list[bool] | None,
                  body: bytes) -> dict[str, str]:
         """The signature headers of a push (none when the subscriber has no secret)."""
-        pushed = [(r.partition, r.offset) for r in rows if wanted is None or (r.partition, r.offset) in wanted]
+        pushed = rows if wanted is None else [r for r, want in zip(rows, wanted, strict=False) if want]
         return push_headers(target.sub.id, target.options, push_id(target.sub.group, pushed), body)
 
     def _post_one(self, state: GroupLanes, target: Target, row: Any, attempt: int) -> Outcome:
@@ -111,7 +114,7 @@ class RoundSender:
         if sub.compat:
             return self.pusher.post(str(sub.url), compat_body(state.topic, sub.id, row))
         body, headers = single_body(target.options.format, row, sub.id, state.group, attempt)
-        headers.update(push_headers(sub.id, target.options, push_id(sub.group, [(row.partition, row.offset)]), body))
+        headers.update(push_headers(sub.id, target.options, push_id(sub.group, [row]), body))
         return self.pusher.post(str(sub.url), body, headers)
 
     def _acked(self, state: GroupLanes, target: Target, acked: dict[int, int], delivered: int,

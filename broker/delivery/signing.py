@@ -7,6 +7,9 @@ push carries a signature for the new secret and one for the old.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from driver.signatures import signature_headers
 
 from ..store import now_ms
@@ -25,7 +28,8 @@ def push_headers(subscriber_id: str, options: PushOptions, push_id: str, body: b
     return headers
 
 
-def push_id(group: str, pushed: list[tuple[int, int]]) -> str:
-    """A push's ``webhook-id``: the same on every retry of the same messages to the same group."""
+def push_id(group: str, pushed: Sequence[Any]) -> str:
+    """A push's ``webhook-id``: the same on every retry of the same messages (rows with
+    ``partition`` and ``offset``, in push order) to the same group."""
     first, last = pushed[0], pushed[-1]
-    return f"toymb_{group}_{first[0]}_{first[1]}_{last[0]}_{last[1]}_{len(pushed)}"
+    return f"toymb_{group}_{first.partition}_{first.offset}_{last.partition}_{last.offset}_{len(pushed)}"

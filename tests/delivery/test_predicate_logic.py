@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from journal_spark.predicates import parse_predicate
+from journal_spark.predicates import headers_test, parse_predicate
 
 VALUES = (None, "1", "2", "10")   # None: the header is absent
 
@@ -72,3 +72,47 @@ def test_headers_as_key_value_pairs_and_jms_spellings_mean_the_same() -> None:
     assert predicate(as_dict) and predicate(as_pairs)
     assert not predicate({"topic": "t", "headers": [("jms.CorrelationId", "c-2"), ("size", "bigger")]})
     assert not predicate({"topic": "t", "headers": None})
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES, ids=[text for text, _ in CASES])
+def test_a_filter_compiled_to_one_function_of_the_headers_means_the_same(
+        text: str, expected: Callable[[dict[str, Any]], bool]) -> None:
+    """Push groups run a headers-only filter as one generated function (``headers_test``): it must
+    judge every row as the text says; a filter that reads the topic, key or id keeps the closures."""
+    compiled = headers_test(parse_predicate(text))
+    if "msg.header." not in text or any(op in text for op in ("msg.key", "msg.id", "msg.address")):
+        assert compiled is None
+        return
+    assert compiled is not None
+    rows = _rows()
+    wrong = [r for r in rows if compiled(r["headers"]) != expected(r)]
+    assert not wrong, f"{text}: {len(wrong)} of {len(rows)} rows judged wrongly, e.g. {wrong[:3]}"
+
+
+@pytest.mark.parametrize("value", ["a) or (1", "__import__('os').system('false')", 'x" + "y', "\\", "k0", "h",
+                                   "é€\U0001f600", "v0)) or True or ((1"])
+def test_compared_values_never_reach_the_compiler(value: str) -> None:
+    """Hostile values are compared as strings, quoted either way, and an operand's header name is only a lookup."""
+    for quoted in (f'"{value}"' if '"' not in value and "\\" not in value else f"'{value}'",):
+        compiled = headers_test(parse_predicate(f"msg.header.a=={quoted} || msg.header.{'b'}^={quoted}"))
+        assert compiled is not None
+        assert compiled({"a": value}) and compiled({"b": value + "tail"})
+        assert not compiled({"a": value + "x"}) and not compiled({}) and not compiled({"b": "z" + value})
+
+
+def test_the_compiled_filter_finds_jms_spellings_like_the_closures() -> None:
+    text = "msg.header.CorrelationId==c-1 && (msg.header.color==red || msg.header.size^=big)"
+    compiled, predicate = headers_test(parse_predicate(text)), parse_predicate(text)
+    assert compiled is not None
+    for headers in ({"jms.JMSCorrelationID": "c-1", "jms.color": "red"}, {"JMSCorrelationID": "c-1", "size": "bigger"},
+                    {"jms.CorrelationId": "c-2", "size": "bigger"}, {}, {"correlationid": "c-1", "color": "red"}):
+        assert compiled(headers) == predicate({"topic": "t", "headers": headers}), headers
+
+
+def test_a_deep_filter_compiles() -> None:
+    """Parentheses nest up to the parser's limit; the generated function nests as deep."""
+    from journal_spark.predicates import MAX_DEPTH
+
+    text = "(" * MAX_DEPTH + "msg.header.a==1" + " || msg.header.b==2)" * MAX_DEPTH
+    compiled = headers_test(parse_predicate(text))
+    assert compiled is not None and compiled({"b": "2"}) and not compiled({"a": "2"})
