@@ -203,7 +203,10 @@ def headers_test(predicate: Predicate) -> Callable[[Mapping[str, str]], bool] | 
         source = f"lambda h: bool({emit(predicate)})"
     except LookupError:
         return None
-    test: Callable[[Mapping[str, str]], bool] = eval(compile(source, "<filter>", "eval"), names)
+    try:
+        test: Callable[[Mapping[str, str]], bool] = eval(compile(source, "<filter>", "eval"), names)
+    except (SyntaxError, RecursionError, MemoryError):   # only a speed-up: the closures still judge
+        return None
     return test
 
 
