@@ -276,7 +276,7 @@ class Dispatcher:
                     # Never back: the SQL read may predate a round that just finished.
                     position = max(lane.position, committed.get(p, 0))
                     if position != lane.position or holder != lane.holder:  # a new head or a new receiver
-                        lane.position, lane.attempts, lane.careful, lane.not_before = position, 0, False, 0.0
+                        lane.restart(position)
                     lane.end = max(lane.end, ends.get(p, 0))
                 lane.holder = holder
             for sid in list(state.targets):
@@ -442,7 +442,7 @@ class Dispatcher:
                 for p, nxt in next_offsets.items():
                     lane = state.lanes.setdefault(p, Lane())
                     lane.generation += 1
-                    lane.position, lane.attempts, lane.careful, lane.not_before = nxt, 0, False, 0.0
+                    lane.restart(nxt)
                     lane.dirty = True
                     if lane.holder is not None:
                         self._consider((topic, group, lane.holder))

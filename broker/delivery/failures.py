@@ -98,8 +98,7 @@ class FailureHandler:
                         state.topic, p, row.offset, state.group, attempts, outcome.reason)
             with self._lock:
                 lane = state.lanes[p]
-                lane.position = max(lane.position, row.offset + 1)
-                lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
+                lane.advance(row.offset + 1)
                 target.dead_streak += 1
                 revoke = revoke or target.dead_streak >= s.push_fail_limit
         if revoke:

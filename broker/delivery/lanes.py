@@ -21,6 +21,22 @@ class Lane:
     busy: bool = False         # a push of this lane is in flight
     holder: str | None = None  # the push subscriber it is assigned to
     generation: int = 0        # bumped by a seek: acks of rounds started before it are dropped
+    # Failed pushes of messages past the head: a batch that failed carried them behind it. Only a
+    # failed batch adds entries (at most a batch's worth), and the head's advance drops them.
+    behind: dict[int, int] = field(default_factory=dict)
+
+    def advance(self, nxt: int) -> None:
+        """The head was delivered or dead-lettered: ``nxt`` heads the lane, with its failed pushes so far."""
+        if nxt > self.position:
+            self.position = nxt
+            self.attempts, self.careful, self.not_before = self.behind.pop(nxt, 0), False, 0.0
+            if self.behind:
+                self.behind = {offset: n for offset, n in self.behind.items() if offset > nxt}
+
+    def restart(self, position: int) -> None:
+        """A new head from SQL, a seek or a new receiver: nothing of it has been tried yet."""
+        self.position, self.attempts, self.careful, self.not_before = position, 0, False, 0.0
+        self.behind.clear()
 
 
 @dataclass(slots=True)

@@ -44,6 +44,7 @@ class RoundSender:
             starts = {p: state.lanes[p].position for p in taken}
             ends = {p: state.lanes[p].end for p in taken}
             tried = {p: state.lanes[p].attempts for p in taken}
+            behind = {p: dict(state.lanes[p].behind) for p in taken if state.lanes[p].behind}
             generations = {p: state.lanes[p].generation for p in taken}
             careful = len(taken) == 1 and state.lanes[taken[0]].careful
             policy = state.policy
@@ -53,8 +54,11 @@ class RoundSender:
         # nothing to make or look up per row.
         wanted = None if policy.filter is None else [policy.matches(r) for r in read]
 
-        def attempt(row: Any) -> int:  # the lane's head carries its failed attempts; the rest are new
-            return tried[row.partition] + 1 if row.offset == starts[row.partition] else 1
+        def attempt(row: Any) -> int:  # one more than the message's failed pushes
+            p = row.partition
+            if row.offset == starts[p]:
+                return tried[p] + 1
+            return behind[p].get(row.offset, 0) + 1 if p in behind else 1
 
         # The cap is on the whole request body: the batch's own members and commas count too.
         frame = len(batch_body(target.sub.id, state.topic, state.group, []))
@@ -99,6 +103,14 @@ class RoundSender:
             self._acked(state, target, acked, delivered, generations)
         with self._lock:  # a seek since this round began: its failures are of the old position
             failed = {p: f for p, f in failed.items() if state.lanes[p].generation == generations[p]}
+            if batch is not None and not batch.ok and not batch.unreachable:
+                # The receiver may have seen the whole body: what followed each failed head was
+                # pushed too, and is pushed again later.
+                for row, want in zip(rows, repeat(True) if wanted is None else wanted, strict=False):
+                    head = failed.get(row.partition)
+                    if want and head is not None and row.offset > head[0].offset:
+                        lane = state.lanes[row.partition]
+                        lane.behind[row.offset] = lane.behind.get(row.offset, 0) + 1
         if failed:
             self.failures.handle(state, target, failed)
 
@@ -128,9 +140,7 @@ class RoundSender:
             self.offsets.add(state.topic, state.group, acked)
             for p, nxt in acked.items():
                 lane = state.lanes[p]
-                if nxt > lane.position:  # a message was delivered here: its successor starts afresh
-                    lane.attempts, lane.careful, lane.not_before = 0, False, 0.0
-                lane.position = max(lane.position, nxt)
+                lane.advance(nxt)  # a message was delivered here: its successor is the head
                 lane.end = max(lane.end, nxt)
             if delivered:
                 target.unreachable_since, target.unreachable_count, target.dead_streak = None, 0, 0
