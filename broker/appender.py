@@ -20,6 +20,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from .envelope import NewMessage
 from .errors import BadRequest, BrokerError, Unavailable
 from .outcomes import Outcome, Prepare, Stored, Teller
@@ -41,10 +43,6 @@ class FenceCheck(Protocol):
     def __call__(self, txn: AppendTx, topic: str) -> Callable[[], None] | None: ...
 
 CommitListener = Callable[[str, set[int]], None]
-
-
-# Stored's own constructor is Python code (a namedtuple's); the writer makes one per message with this.
-_new_stored = tuple.__new__
 
 
 @dataclass(slots=True)
@@ -359,14 +357,15 @@ class Appender:
                 if message.given_id:
                     previous = known.get((name, msg_id))
                     if previous is not None:
-                        out.append(previous if previous.duplicate else previous._replace(duplicate=True))
+                        out.append(previous if previous.duplicate
+                                   else msgspec.structs.replace(previous, duplicate=True))
                         continue
                 offset = nexts.get(partition)
                 if offset is None:
                     offset = committed.get(partition, 0)
                 nexts[partition] = offset + 1
                 rows.append(row(name, partition, offset, message))
-                stored = _new_stored(Stored, (msg_id, name, partition, offset, False))
+                stored = Stored(msg_id, name, partition, offset, False)
                 if message.given_id:
                     given_ids.append((name, msg_id, partition, offset))
                     known[(name, msg_id)] = stored

@@ -4,7 +4,9 @@ stored (:class:`Stored`), through an :class:`Outcome` per request or a :class:`T
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 __all__ = ["Outcome", "Prepare", "Stored", "Teller"]
 
@@ -21,10 +23,14 @@ class Outcome(Protocol):
     def set_exception(self, exception: BaseException, /) -> None: ...
 
 
-class Stored(NamedTuple):
+class Stored(msgspec.Struct, frozen=True, gc=False):
     """Where a message is stored; ``duplicate`` when its id was stored before (these are the first coordinates)."""
 
-    # A named tuple, not a frozen dataclass: the writer makes one per message, at a third of the cost.
+    # A msgspec Struct, not a named tuple: the writer makes one per message, and its constructor
+    # is native (about a third of the named tuple's), and a committed publish's answer is
+    # encoded from it natively (:func:`broker.api.fast_json.stored_answer`) instead of through a
+    # dict per message. Its fields are the answer's keys, in the answer's order. No reference
+    # cycle can go through it (strings, ints, a bool), so the garbage collector does not track it.
     id: str
     topic: str
     partition: int

@@ -210,12 +210,17 @@ class Publisher:
         return self.answer_body(is_batch, stored)
 
     @staticmethod
+    def answer_status(is_batch: bool, stored: list[Stored]) -> int:
+        """The HTTP status of the answer of a publish stored at ``stored``: 200 when nothing was new."""
+        if is_batch:
+            return 200 if all(s.duplicate for s in stored) else 201
+        return 200 if stored[0].duplicate else 201   # a single message: no generator (one a single publish)
+
+    @staticmethod
     def answer_body(is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
         """The HTTP status and body of the answer of a publish stored at ``stored``."""
-        if is_batch:
-            return 200 if all(s.duplicate for s in stored) else 201, {"messages": [s.answer() for s in stored]}
-        only = stored[0]   # a single message: its own, without a generator (one a single publish, on the loop)
-        return 200 if only.duplicate else 201, only.answer()
+        status = Publisher.answer_status(is_batch, stored)
+        return status, {"messages": [s.answer() for s in stored]} if is_batch else stored[0].answer()
 
     def append(self, topic_name: str, messages: list[NewMessage]) -> list[Stored]:
         """Enrich validated ``messages``, store them in ``topic_name`` (created on first use), count them.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import BadRequest, BrokerError
 from ..security.authz import Need
 from .answers import error_answer
-from .fast_json import answer_bytes
+from .fast_json import answer_bytes, stored_answer_bytes
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -145,9 +145,11 @@ class PublishFastPath:
         told[0][0].reply.soon(functools.partial(self._prepared_answers, told))
 
     def _prepared_answers(self, told: list[tuple[PendingPublish, list[Stored]]]) -> None:
-        answer_body = self.node.publisher.answer_body
+        answer_status = self.node.publisher.answer_status
         for pending, stored in told:
-            pending.prepared = (stored, self._answer(*answer_body(pending.is_batch, stored), {}))
+            is_batch = pending.is_batch
+            pending.prepared = (stored, _framed(answer_status(is_batch, stored), stored_answer_bytes(is_batch, stored),
+                                                {}))
 
     def set_results(self, told: list[tuple[PendingPublish, list[Stored]]], /) -> None:
         """Run by the writer once its commit held (:class:`~broker.outcomes.Teller`): the answers
@@ -193,9 +195,7 @@ class PublishFastPath:
 
     @staticmethod
     def _answer(status: int, answer: Any, headers: dict[str, str]) -> Answer:
-        body = answer_bytes(answer)
-        return (_REASONS.get(status, f"{status} Error"),
-                [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()], body)
+        return _framed(status, answer_bytes(answer), headers)
 
     def _own_topic(self, environ: dict[str, Any]) -> str | None:
         """The topic of a publish request for a topic this node owns now; None for anything else."""
@@ -216,3 +216,9 @@ class PublishFastPath:
             return None
         length = int(declared)
         return length if 0 < length <= self.max_request else None
+
+
+def _framed(status: int, body: bytes, headers: dict[str, str]) -> Answer:
+    """A JSON answer's status line, headers and ``body``."""
+    return (_REASONS.get(status, f"{status} Error"),
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers.items()], body)
