@@ -10,7 +10,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Union
+from typing import ClassVar, Self, Union
 
 from .errors import EncodeError
 
@@ -65,37 +65,37 @@ INT32_RANGE = (-(1 << 31), (1 << 31) - 1)
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
-class Byte(int):
+class _JavaInt(int):
+    """An ``int`` that travels as the Java integer type :attr:`JAVA`, checked to be in ``LOW..HIGH`` when made."""
+
+    JAVA: ClassVar[str]
+    LOW: ClassVar[int]
+    HIGH: ClassVar[int]
+
+    def __new__(cls, value: int) -> Self:
+        check_range(int(value), cls.LOW, cls.HIGH, cls.JAVA)
+        return super().__new__(cls, value)
+
+    def __repr__(self) -> str:
+        return f"{self.JAVA}({int(self)})"
+
+
+class Byte(_JavaInt):
     """A Java ``Byte`` header value (-128..127); a plain ``int`` is a Java ``Integer``."""
 
-    def __new__(cls, value: int) -> Byte:
-        check_range(int(value), -128, 127, "Byte")
-        return super().__new__(cls, value)
-
-    def __repr__(self) -> str:
-        return f"Byte({int(self)})"
+    JAVA, LOW, HIGH = "Byte", -128, 127
 
 
-class Short(int):
+class Short(_JavaInt):
     """A Java ``Short`` header value (-32768..32767)."""
 
-    def __new__(cls, value: int) -> Short:
-        check_range(int(value), -32768, 32767, "Short")
-        return super().__new__(cls, value)
-
-    def __repr__(self) -> str:
-        return f"Short({int(self)})"
+    JAVA, LOW, HIGH = "Short", -32768, 32767
 
 
-class Long(int):
+class Long(_JavaInt):
     """A Java ``Long`` header value (64-bit)."""
 
-    def __new__(cls, value: int) -> Long:
-        check_range(int(value), *INT64_RANGE, "Long")
-        return super().__new__(cls, value)
-
-    def __repr__(self) -> str:
-        return f"Long({int(self)})"
+    JAVA, (LOW, HIGH) = "Long", INT64_RANGE
 
 
 class Float32(float):
