@@ -32,6 +32,7 @@ def message_row(topic: str, partition: int, offset: int, message: NewMessage) ->
     return (topic, partition, offset, message.id, message.key, headers, message.content_type, message.body,
             message.timestamp)
 
+
 def sqlite_message_row(topic: str, partition: int, offset: int, message: NewMessage) -> tuple[Any, ...]:
     """:func:`message_row` with a small body as a ``bytearray`` (the same BLOB is stored).
 
