@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 import msgspec
 import orjson
 
-from .envelope import is_json_type, strict_json
+from .envelope import is_json_type
 from .errors import ConfigError
+from .strict_json import strict_json
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 from driver.names import NAME_PATTERN, is_name
 
 from .enrichers import TopicEnricher, load_enrichers
-from .envelope import Limits, NewMessage, decode_body, new_ids, parse_json, parse_message
+from .envelope import Limits, NewMessage, decode_body, parse_message
 from .errors import BadRequest, LimitExceeded, Unprocessable
 from .publish_decode import decode_publish
+from .random_ids import new_ids
+from .strict_json import parse_json
 
 if TYPE_CHECKING:
     from .appender import Appender

@@ -23,16 +23,15 @@ import orjson
 
 from .envelope import (
     CONTENT_TYPE_MAX,
-    MAX_JSON_DEPTH,
     TIMESTAMP_END,
     Limits,
     NewMessage,
     encode_body,
     is_json_type,
-    may_hold_long_integer,
-    new_ids,
 )
 from .errors import BrokerError
+from .random_ids import new_ids
+from .strict_json import MAX_JSON_DEPTH, may_hold_long_integer
 
 
 def _decoders(limits: Limits) -> tuple[msgspec.json.Decoder[Any], ...]:

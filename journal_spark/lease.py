@@ -33,7 +33,7 @@ from sqlalchemy import BigInteger, Column, MetaData, String, Table, insert, sele
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from broker.store.sql import create_tables, open_engine
+from broker.store.engines import create_tables, open_engine
 
 log = logging.getLogger(__name__)
 

@@ -137,6 +137,20 @@ class Route:
             return value
         return self.new_key(value, row)
 
+    def key_from(self, headers: Mapping[str, Any], row: Any) -> str:
+        """:meth:`key_for` with the row's ``headers`` at hand as a mapping (a bridge's hot loop): a
+        ``msg.header.<H>`` conv.key's value is looked up there, two calls less than key_for, and is
+        what key_for's lookup finds (the value under the first of :attr:`key_headers` present).
+
+        Raises:
+            DataError: as :meth:`key_for`.
+        """
+        for name in self.key_headers:
+            if name in headers:
+                value = headers[name]
+                return value if value in VALID_KEYS else self.new_key(value, row)
+        return self.key_for(row)    # not a header conv.key, or absent under these names
+
     def new_key(self, value: str | None, row: Any) -> str:
         """``value``, what ``conv.key`` finds in ``row`` and not yet known valid, checked as
         :meth:`key_for` checks it, and remembered in :data:`VALID_KEYS` if valid.

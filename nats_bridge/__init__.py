@@ -1,7 +1,7 @@
 """The NATS bridge: NATS <-> JMS (ActiveMQ over STOMP) request/reply and forwarding, and JetStream ends.
 
 - :mod:`~nats_bridge.codec` — the seed ``003_…`` header protocol, version 1.0, byte-compatible with
-  ``io.nats.bridge:nats-jms-bridge-message:1.0.4``;
+  ``io.nats.bridge:nats-jms-bridge-message:1.0.4``; :mod:`~nats_bridge.protocol`, its constants and types;
 - :mod:`~nats_bridge.config` (routes-file keys) and :mod:`~nats_bridge.yaml_config` (nats-jms-bridge's YAML);
 - :mod:`~nats_bridge.jms` (STOMP on asyncio), :mod:`~nats_bridge.mapping` (what crosses, and how);
 - :mod:`~nats_bridge.bridge` (request/reply), :mod:`~nats_bridge.pending` (timeouts, the in-flight cap),

@@ -31,7 +31,7 @@ class EncodeError(CodecError):
 class DecodeError(CodecError):
     """A frame (a buffer starting with the ``AB CD`` marker) is corrupt.
 
-    ``reason`` is one of :data:`nats_bridge.codec.DECODE_REASONS`; ``offset`` is where reading failed.
+    ``reason`` is one of :data:`nats_bridge.protocol.DECODE_REASONS`; ``offset`` is where reading failed.
     """
 
     def __init__(self, reason: str, message: str, offset: int = 0) -> None:

@@ -29,7 +29,9 @@ from collections.abc import Mapping
 
 from journal_spark.jms.mapping import decode_name, encode_name
 
-from .codec import (
+from .codec import decode, encode
+from .errors import DecodeError
+from .protocol import (
     HEADER_KEY_CORRELATION_ID,
     HEADER_KEY_DELIVERY_TIME,
     HEADER_KEY_EXPIRATION_TIME,
@@ -40,10 +42,7 @@ from .codec import (
     HEADER_KEY_TYPE,
     BridgeMessage,
     HeaderValue,
-    decode,
-    encode,
 )
-from .errors import DecodeError
 
 # STOMP headers that are protocol or JMS header fields, never properties.
 PROTOCOL_HEADERS = frozenset({

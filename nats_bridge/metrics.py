@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from .codec import DECODE_REASONS
+from .protocol import DECODE_REASONS
 
 STATES = ("STARTED", "PAUSED", "STOPPED")
 

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from flask import current_app, g, request
 
-from ..envelope import parse_json
 from ..errors import BadRequest
+from ..strict_json import parse_json
 
 if TYPE_CHECKING:
     from ..node import Node

@@ -180,16 +180,9 @@ class Server:
         else:
             self.workers.submit(functools.partial(run_requests, batch))
 
-    def post(self, connection: Connection, request: Request, make: Callable[[], Answer]) -> None:
-        """Queue an inline request's answer for the loop to make (``make()``) and send (any thread)."""
-        with self._outbox_lock:
-            self._outbox.append((connection, request, make))
-            first = len(self._outbox) + len(self._jobs) == 1
-        if first:
-            self._wake_loop()
-
     def post_all(self, answers: list[tuple[Connection, Request, Callable[[], Answer]]]) -> None:
-        """:meth:`post` for several answers at once: a commit answers all of its publishes with one call."""
+        """Queue inline requests' answers for the loop to make (``make()``) and send (any thread): one
+        request's, or all of a commit's publishes' at once."""
         with self._outbox_lock:
             first = not self._outbox and not self._jobs
             self._outbox.extend(answers)

@@ -101,7 +101,7 @@ class InlineReply:
 
     def __call__(self, make: Callable[[], InlineAnswer], /) -> None:
         """The request's answer, made by ``make()`` on the loop."""
-        self.connection.server.post(self.connection, self.request, make)
+        self.connection.server.post_all([(self.connection, self.request, make)])
 
     def soon(self, job: Callable[[], None], /) -> None:
         """Run ``job()`` on the loop before the answer (it may prepare it)."""

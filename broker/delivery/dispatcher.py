@@ -15,9 +15,9 @@ A round itself (read, push, acknowledge) is :mod:`.rounds`. After a failed push
 (:mod:`.failures`), the lanes involved are *careful*: their head message is retried alone, so a
 poison message cannot drag its batch-mates to the dead-letter topic.
 
-Memory holds only a cache of SQL (positions, known ends): lanes are reloaded from the committed
-offsets whenever a topic becomes owned or a group rebalances, and a few groups at a time as a
-safety net. Those reloads read SQL on a thread of their own, so a slow read never holds up the
+Memory holds only a cache of SQL (:mod:`.lanes`: positions, known ends): lanes are reloaded from
+the committed offsets whenever a topic becomes owned or a group rebalances, and a few groups at a
+time as a safety net. Those reloads read SQL on a thread of their own, so a slow read never holds up the
 scheduler's next round. The scheduler looks only at subscribers that something happened to, so
 an idle subscriber costs nothing.
 """
@@ -37,7 +37,6 @@ from ..store import GroupRepository
 from .failures import FailureHandler
 from .lanes import GroupLanes, Lane, Target
 from .offsets import OffsetCommitter
-from .options import GroupPolicy, PushOptions
 from .pusher import Pusher
 from .rounds import RoundSender
 
@@ -156,19 +155,8 @@ class Dispatcher:
         bytes. Read by the operator console.
         """
         now = time.monotonic()
-        state: dict[tuple[str, str], dict[str, Any]] = {}
         with self._lock:
-            for pair, group in self._state.items():
-                failing = {str(p): lane.attempts for p, lane in group.lanes.items() if lane.attempts}
-                backoff = {str(p): round(lane.not_before - now, 2) for p, lane in group.lanes.items()
-                           if lane.not_before > now}
-                subscribers = {
-                    sid: {"unreachable_s": None if t.unreachable_since is None else round(now - t.unreachable_since, 1),
-                          "backoff_s": round(max(0.0, t.not_before - now), 2), "dead_streak": t.dead_streak}
-                    for sid, t in group.targets.items()
-                    if t.unreachable_since is not None or t.not_before > now or t.dead_streak}
-                state[pair] = {"failing": failing, "backoff": backoff, "subscribers": subscribers}
-        return state
+            return {pair: group.report(now) for pair, group in self._state.items()}
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -267,26 +255,8 @@ class Dispatcher:
                 self._loaded_at.pop((topic, group), None)
                 return
             state = self._state.setdefault((topic, group), GroupLanes(topic, group))
-            state.policy = GroupPolicy.from_text(options.get(""))
-            for p in range(count):
-                lane = state.lanes.setdefault(p, Lane())
-                holder = assignment.get(p)
-                holder = holder if holder in members else None
-                if not lane.busy:
-                    # Never back: the SQL read may predate a round that just finished.
-                    position = max(lane.position, committed.get(p, 0))
-                    if position != lane.position or holder != lane.holder:  # a new head or a new receiver
-                        lane.restart(position)
-                    lane.end = max(lane.end, ends.get(p, 0))
-                lane.holder = holder
-            for sid in list(state.targets):
-                if sid not in members:
-                    del state.targets[sid]
-            for sid, member in members.items():
-                target = state.targets.setdefault(sid, Target(member))
-                target.sub = member
-                target.options = PushOptions.from_text(options.get(sid))
-                target.partitions = sorted(p for p, s in assignment.items() if s == sid)
+            state.load(count, members, assignment, committed, ends, options)
+            for sid in members:
                 self._consider((topic, group, sid))
             self._loaded_at[(topic, group)] = time.monotonic()
 
@@ -329,7 +299,7 @@ class Dispatcher:
                     first = not target.first_in_flight
                     if not first and self._extra_running >= self.settings.push_workers:
                         break  # no idle worker for more: never queue behind other subscribers
-                    taken, careful, soonest, more = self._take(state, target, now)
+                    taken, careful, soonest, more = state.take(target, now, self.settings.push_batch)
                     if taken:
                         target.rounds += 1
                         if first:
@@ -375,54 +345,6 @@ class Dispatcher:
                     self._extra_running -= 1
                 self._consider((state.topic, state.group, target.sub.id))
             self._schedule_now()
-
-    def _take(self, state: GroupLanes, target: Target, now: float) -> tuple[list[int], bool, float | None, bool]:
-        """Mark a round's lanes busy (caller holds the lock): a careful one alone (one such round
-        at a time per subscriber), else ready ones until their known backlog fills a batch.
-
-        A round stops taking lanes once they hold ``push_batch`` messages, so a backlog is spread
-        over up to ``push_in_flight`` rounds in flight (each a full batch) instead of one round
-        holding every lane while its round trip runs; a lane with news but no known backlog
-        counts as one message, so a steady trickle still goes out in one round. Lanes are looked
-        at round robin from where the last round stopped, so a few deep partitions never starve
-        the others.
-
-        Returns the lanes, whether they are a careful one, when the soonest backing-off lane seen
-        will be ready, and whether the scan stopped before looking at every lane (a full batch, a
-        careful lane): only then may another call find more ready lanes.
-        """
-        sid = target.sub.id
-        ready: list[int] = []
-        careful = more = False
-        soonest: float | None = None
-        budget = self.settings.push_batch
-        partitions = target.partitions
-        count = len(partitions)
-        start = target.cursor % count if count else 0
-        for i in range(count):
-            p = partitions[(start + i) % count]
-            lane = state.lanes.get(p)
-            if lane is None or lane.holder != sid or lane.busy or not (lane.dirty or lane.position < lane.end):
-                continue
-            if lane.not_before > now:
-                soonest = lane.not_before if soonest is None else min(soonest, lane.not_before)
-                continue
-            if lane.careful:
-                if target.careful_in_flight:
-                    continue  # retried heads go one at a time, so dead letters count one by one
-                ready = [p]
-                careful = target.careful_in_flight = more = True
-                break
-            ready.append(p)
-            budget -= max(1, lane.end - lane.position)
-            if budget <= 0:
-                target.cursor = start + i + 1
-                more = True
-                break
-        for p in ready:
-            state.lanes[p].busy = True
-            state.lanes[p].dirty = False
-        return ready, careful, soonest, more
 
     # -- seek ---------------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ from urllib.parse import quote
 
 import orjson
 
-from ..envelope import MessageRow, decode_body, is_json_type, is_strict_json, is_text_type, render_head
+from ..envelope import MessageRow, decode_body, is_json_type, is_text_type, render_head
+from ..strict_json import is_strict_json
 
 CE_TYPE = "toymb.message"
 STRUCTURED_TYPE = "application/cloudevents+json; charset=utf-8"
@@ -61,7 +62,7 @@ def envelope_json(row: MessageRow, attempt: int) -> bytes:
     each envelope only to encode the whole batch again copied every message twice more.
 
     A JSON body goes in as the bytes it is stored as, once checked to be JSON that
-    :func:`~broker.envelope.strict_json` accepts: parsing it into values only to write them
+    :func:`~broker.strict_json.strict_json` accepts: parsing it into values only to write them
     again cost more than the rest of the envelope (a body with a 19-digit number, such as a
     nanosecond timestamp, was parsed by the standard library). The receiver reads the same
     value; only the spelling may differ from a re-encoding (spaces, escapes, a repeated key).

@@ -4,7 +4,8 @@ Each repository is a contract in ``protocols.py`` with a SQL implementation (SQL
 and an in-memory twin (``memory://<name>``, one database per name in this process):
 
 - :class:`~broker.store.protocols.MessageStore`: topics, partitions, message rows and the writer's
-  append transaction: :class:`Store` (``sql.py``), :class:`~broker.store.memory.MemoryStore`.
+  append transaction: :class:`Store` (``sql.py``; its transaction ``append.py``, its engines
+  ``engines.py``, its values ``records.py``), :class:`~broker.store.memory.MemoryStore`.
 - :class:`~broker.store.protocols.GroupRepository`: subscribers, assignments, group offsets:
   :class:`~broker.store.groups.GroupStore`, the groups' rules, over the tables of either database
   (``group_tables.py``: ``sql_groups.py``, ``memory_groups.py``).
@@ -21,8 +22,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .append import AppendTransaction
 from .cluster import ClusterStore
 from .dialects import normalize_url
+from .engines import background_checkpointer, open_engine
 from .group_tables import NEVER_MS, Subscriber, now_ms
 from .groups import AssignPolicy, GroupStore
 from .journal import JournalStore
@@ -37,7 +40,8 @@ from .protocols import (
     JournalRepository,
     MessageStore,
 )
-from .sql import AppendTransaction, GivenId, Store, Topic, TopicClaim, background_checkpointer, open_engine
+from .records import GivenId, Topic, TopicClaim
+from .sql import Store
 
 __all__ = ["MEMORY_SCHEME", "NEVER_MS", "AppendTransaction", "AppendTx", "AssignPolicy", "ClusterRepository", "GivenId",
            "GroupRepository", "JournalRepository", "MemoryStore", "MessageStore", "Repositories", "Store",

@@ -59,7 +59,7 @@ DEFAULT_LIMIT_BYTES = DEFAULT_CAP_BYTES
 _SOFT_WAIT_MS = 100
 _PINNED_WAIT_MS = 1000
 _PINNED_RETRY_S = 0.01  # the pause when the checkpointer thread holds the checkpoint lock
-# The busy timeout of the store's connections (:func:`broker.store.sql.open_engine`), set back after a restart.
+# The busy timeout of the store's connections (:func:`broker.store.engines.open_engine`), set back after a restart.
 WRITER_BUSY_TIMEOUT_MS = 30000
 
 

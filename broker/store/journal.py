@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select
 
 from .dialects import normalize_url, upsert_keep_larger
+from .engines import open_engine
 from .schema import group_offsets, journal_offsets, message_ids, messages, partitions, subscribers
-from .sql import Store, open_engine
+from .sql import Store
 
 # One contiguous run of offsets: (topic, partition, from offset, to offset exclusive).
 Range = tuple[str, int, int, int]

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..envelope import MessageRow
+from .append import message_row
 from .group_tables import StoredRow, Subscriber
-from .sql import GivenId, Store, Topic, TopicClaim
+from .records import GivenId, Topic, TopicClaim
 
 SCHEME = "memory://"
 
@@ -107,11 +108,11 @@ class MemoryAppendTx:
         known = self._data.ids
         return {i: known[(topic, i)] for i in ids if (topic, i) in known}
 
-    row = staticmethod(Store.row)
+    row = staticmethod(message_row)
 
     def write(self, rows: list[tuple[Any, ...]], ends: dict[tuple[str, int], int],
               given_ids: list[GivenId]) -> None:
-        # The column order of Store.row: topic, partition, offset, id, key, headers, type, body, ts.
+        # The column order of message_row: topic, partition, offset, id, key, headers, type, body, ts.
         self._rows.extend(StoredRow(*row) for row in rows)
         self._ends.update(ends)
         self._given_ids.extend(given_ids)

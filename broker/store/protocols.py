@@ -21,7 +21,7 @@ from ..envelope import MessageRow, NewMessage
 from .cluster import Beat, NodeTable
 from .group_tables import Subscriber
 from .journal import Range
-from .sql import GivenId, Topic, TopicClaim
+from .records import GivenId, Topic, TopicClaim
 
 
 class AppendTx(Protocol):

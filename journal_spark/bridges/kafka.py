@@ -34,7 +34,6 @@ from ..routes import (
     HOPS_HEADER,
     ORIGIN_HEADER,
     PATH_HEADER,
-    VALID_KEYS,
     DataError,
     HardFailure,
     Route,
@@ -137,7 +136,6 @@ class KafkaSink(RouteSink):
         per_row = False                  # the run's rows are routed one by one (plan.route)
         route: Route | None = None       # else this is the run's route (None: nothing goes to Kafka)
         destination, full_checks = "", False
-        key_names: tuple[str, ...] = ()  # the route's conv.key header names (Route.key_headers)
         next_poll = POLL_EVERY
         produced_to = ""                 # the destination of the last record queued
         record_headers: RecordHeaders    # str values: the client encodes them (UTF-8) in C
@@ -155,7 +153,6 @@ class KafkaSink(RouteSink):
                     per_row, route = bool(plan.tests), _kafka_route(plan.fallback)
                     if route is not None:
                         destination, full_checks = route.destination.name, _drops_non_persistent(route)
-                        key_names = route.key_headers
                 if offset < floor:
                     continue                      # exported by a committed transaction already
                 if offset >= high:
@@ -165,7 +162,6 @@ class KafkaSink(RouteSink):
                     if route is None:
                         continue
                     destination, full_checks = route.destination.name, _drops_non_persistent(route)
-                    key_names = route.key_headers
                 elif route is None:
                     continue
                 if not began:
@@ -182,19 +178,7 @@ class KafkaSink(RouteSink):
                         key, record_headers = route.key_for(row), cast(RecordHeaders, headers_for(row, bridge_id))
                     else:
                         # A message no bridge has carried: no loop, hop one (headers_for's result).
-                        # conv.key's header is looked up here, two calls less than key_for: the value
-                        # under its first name present is what key_for's lookup finds.
-                        found = None
-                        for name in key_names:
-                            if name in headers:
-                                found = headers[name]
-                                break
-                        if found is None:
-                            key = route.key_for(row)    # not a header, or absent under these names
-                        elif found in VALID_KEYS:
-                            key = found
-                        else:
-                            key = route.new_key(found, row)     # checked (and remembered) as key_for would
+                        key = route.key_from(headers, row)
                         try:
                             content_type = row["content_type"]
                         except (KeyError, ValueError, IndexError):     # a row without the column

@@ -8,20 +8,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nats_bridge.codec import (
+from nats_bridge.codec import decode, encode
+from nats_bridge.errors import DecodeError, EncodeError
+from nats_bridge.protocol import (
     COMMON_HEADERS,
     DECODE_REASONS,
     BridgeMessage,
     Byte,
-    DecodeError,
-    EncodeError,
     Float32,
     HeaderValue,
     Long,
     Short,
     body_hash,
-    decode,
-    encode,
     same_value,
 )
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nats_bridge.codec import BridgeMessage, Byte, Float32, HeaderValue, Long, Short, decode, encode, java_type
+from nats_bridge.codec import decode, encode
+from nats_bridge.protocol import BridgeMessage, Byte, Float32, HeaderValue, Long, Short, java_type
 
 from .conftest import HERE
 

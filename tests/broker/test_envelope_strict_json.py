@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.envelope import MAX_JSON_DEPTH, is_strict_json, strict_json
+from broker.strict_json import MAX_JSON_DEPTH, is_strict_json, strict_json
 
 DOCUMENTS = [
     b'{"a": 1}', b' [1, 2.5, "x"] \n', b"12345678901234567890123456789012345", b'{"n": -98765432109876543210}',

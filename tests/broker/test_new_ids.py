@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from broker.envelope import new_ids
+from broker.random_ids import new_ids
 
 
 def test_ids_are_unique_across_calls_of_every_size() -> None:

@@ -14,7 +14,8 @@ from broker.errors import BadRequest
 from broker.outcomes import Stored
 from broker.publish import PendingPublish
 from broker.store import open_store
-from broker.store.sql import Store, Topic
+from broker.store.records import Topic
+from broker.store.sql import Store
 
 
 def _msg(msg_id: str) -> NewMessage:

@@ -13,10 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from broker.envelope import Limits, NewMessage, parse_json
+from broker.envelope import Limits, NewMessage
 from broker.errors import BrokerError
 from broker.publish import Publisher
 from broker.publish_decode import decode_publish
+from broker.strict_json import parse_json
 
 LIMITS = Limits(max_body=300, max_headers=3, max_header_name=5, max_header_value=8, max_id=6)
 MAX_BATCH = 4

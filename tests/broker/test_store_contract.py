@@ -134,7 +134,7 @@ def test_text_and_bytes_that_bulk_load_formats_treat_specially_read_back_unchang
     message = NewMessage(f"id\t{tricky}", f"key {tricky}", {f"h\t{tricky}": tricky, "empty": ""},
                          "text/plain; charset=\"utf-8\"", body)
     null_key = NewMessage("plain", None, {}, "application/octet-stream", b"")
-    # Past the size up to which the SQLite writer binds a copy of the body (Store.sqlite_row).
+    # Past the size up to which the SQLite writer binds a copy of the body (broker.store.append.sqlite_message_row).
     large = NewMessage("large", None, {}, "application/octet-stream", bytes(range(256)) * 17)
     store, appender = _open(store_url)
     try:

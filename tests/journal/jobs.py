@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from broker.store.sql import open_engine
+from broker.store.engines import open_engine
 from journal_spark.delta_jars import journal_jars
 from journal_spark.lease import LEASES
 from tests.bridges_kafka.jobproc import JournalProcess

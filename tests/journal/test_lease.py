@@ -120,7 +120,7 @@ def test_a_standby_waits_out_a_store_locked_by_a_frozen_writer(url: str, caplog:
     in CI). Its lease calls now wait at most a third of a period, say so, and it keeps standing by."""
     from sqlalchemy import text
 
-    from broker.store.sql import open_engine
+    from broker.store.engines import open_engine
 
     period_ms = 600
     holder = JournalLease(url, period_ms, name=f"frozen-{time.time_ns()}")

@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import pytest
 
-from broker.envelope import MAX_JSON_DEPTH
+from broker.strict_json import MAX_JSON_DEPTH
 from tests.console.bridges import management_server
 from tests.support import NodeProcess
 

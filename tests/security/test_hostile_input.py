@@ -22,9 +22,10 @@ from sqlalchemy.engine import make_url
 
 from broker.app import create_app
 from broker.appender import Appender
-from broker.envelope import MAX_JSON_DEPTH, NewMessage
+from broker.envelope import NewMessage
 from broker.errors import BadRequest
 from broker.store.sql import Store, normalize_url
+from broker.strict_json import MAX_JSON_DEPTH
 from tests.support import own_database, wait_until, worker_name
 
 from .conftest import CON, PUB, bearer

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.envelope import MAX_JSON_DEPTH, _stdlib_strict_json, strict_json
+from broker.strict_json import MAX_JSON_DEPTH, _stdlib_strict_json, strict_json
 
 any_text = st.text(st.characters(exclude_categories=()), max_size=12)
 numbers = (st.integers() | st.integers(min_value=-(2**70), max_value=2**70)
