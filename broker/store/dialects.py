@@ -59,8 +59,16 @@ def normalize_url(url: str) -> str:
     return f"{driver}://{rest}" if driver else url
 
 
+# libpq waits for ever by default while it connects (a server that accepts and says nothing, an
+# address whose host is gone): a node would hold publishes past their clients' timeouts instead of
+# answering 503. 2 s is libpq's minimum; a URL's own ``connect_timeout`` wins.
+PG_CONNECT_TIMEOUT_S = 2
+
+
 def engine_options(url: str) -> dict[str, Any]:
     """Extra ``create_engine`` arguments for the database of ``url`` (already normalised)."""
+    if url.startswith("postgresql"):
+        return {} if "connect_timeout=" in url else {"connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S}}
     if not url.startswith(MYSQL):
         return {}
     # utf8mb4: four-byte UTF-8 (emoji) in headers and keys; MariaDB's "utf8" stops at three bytes.

@@ -15,6 +15,7 @@ import requests
 
 from journal_spark.jms.stompclient import StompClient
 from nats_bridge.codec import decode
+from tests.support import wait_until
 
 from .conftest import BridgeProcess, NatsThread, start_java_service, unique
 from .test_request_reply import rr_routes
@@ -170,4 +171,8 @@ def test_replies_can_come_on_a_configured_queue_and_subject(
         client.close()
     assert frame is not None and frame.body == b"ok:ping" and frame.headers["correlation-id"] == "k-1"
     assert seen_reply_subjects and seen_reply_subjects[0].startswith(prefix + ".")
+    # The bridge counts a reply once ActiveMQ has receipted it, which can come after the requester
+    # already has it: wait for the count to move, then it must be exactly this one reply.
+    wait_until(lambda: bridge.status("rs")["counts"]["request_response_count"] > 0, timeout=10,
+               what="the reply counted")
     assert bridge.status("rs")["counts"]["request_response_count"] == 1

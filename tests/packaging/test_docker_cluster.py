@@ -180,7 +180,13 @@ def test_restarting_postgres_answers_503_not_500_and_recovers(cluster: ComposeCl
     topic = f"pg-restart-{RUN}"
     with _publishing(cluster, topic) as publishers:
         wait_until(lambda: _acked(publishers) >= 30, timeout=60, what="a steady stream")
-        cluster.container("postgres").restart(timeout=10)
+        postgres = cluster.container("postgres")
+        postgres.stop(timeout=10)
+        # Down until the nodes have answered it: a restart quicker than the clients' next publishes
+        # can go unseen, and then the test would prove nothing about the outage.
+        wait_until(lambda: sum(p.statuses[503] for p in publishers) > 0, timeout=60,
+                   what="a 503 while PostgreSQL is down")
+        postgres.start()
         restarted = _acked(publishers)
         wait_until(lambda: _acked(publishers) >= restarted + 30, timeout=120,
                    what="publishes acknowledged again after PostgreSQL's restart")
