@@ -85,10 +85,13 @@ class RoundSender:
             body = batch_body(sub.id, state.topic, state.group, envelopes)
             batch = self.pusher.post(str(sub.url), body, self._headers(target, rows, wanted, body))
         delivered = 0
+        rode_behind: list[Any] = []  # pushed in a failed batch behind its partition's failed head
         # In (partition, offset) order. rows is a prefix of read, and wanted is per row of read.
         for row, want in zip(rows, repeat(True) if wanted is None else wanted, strict=False):
             p = row.partition
             if p in failed:
+                if want and batch is not None:
+                    rode_behind.append(row)
                 continue  # keep order: nothing after a failed message of the same partition
             if want:
                 outcome = batch if batch is not None else self._post_one(state, target, row, attempt(row))
@@ -103,12 +106,11 @@ class RoundSender:
             self._acked(state, target, acked, delivered, generations)
         with self._lock:  # a seek since this round began: its failures are of the old position
             failed = {p: f for p, f in failed.items() if state.lanes[p].generation == generations[p]}
-            if batch is not None and not batch.ok and not batch.unreachable:
+            if batch is not None and not batch.unreachable:
                 # The receiver may have seen the whole body: what followed each failed head was
                 # pushed too, and is pushed again later.
-                for row, want in zip(rows, repeat(True) if wanted is None else wanted, strict=False):
-                    head = failed.get(row.partition)
-                    if want and head is not None and row.offset > head[0].offset:
+                for row in rode_behind:
+                    if row.partition in failed:
                         lane = state.lanes[row.partition]
                         lane.behind[row.offset] = lane.behind.get(row.offset, 0) + 1
         if failed:
