@@ -249,60 +249,6 @@ def _throughput(spark: Any, root: Path, per_topic: int, max_rows: int) -> dict[s
             "ceiling_cpu_s_per_1000_rows": 1000 * ceiling_cpu / rows}
 
 
-def _lag(root: Path, rate: int, seconds: float) -> dict[str, Any]:
-    """Publish at ``rate`` msg/s for ``seconds`` while the real journal job runs; sample its lag."""
-    from journal_spark import job
-    from journal_spark.metrics import journal_lag
-
-    data = root / "lag"
-    settings = config.load(env={}, overrides={"data_dir": str(data), "journal_metrics_port": 0})
-    store = Store(settings.effective_database_url)
-    store.create_schema()
-    topic, _ = store.ensure_topic("orders", 16)
-    samples: list[tuple[float, int]] = []
-    stop = threading.Event()
-    runner = threading.Thread(target=job.run, args=(settings,), kwargs={"stop": stop}, daemon=True)
-    runner.start()
-    appender = Appender(store)
-    appender.start()
-    journal = JournalStore(settings.effective_database_url, pooled=False)
-    # Measure the steady state: wait for the job's first (empty) batch to commit, which is its
-    # start-up (Spark, the table's creation, the JIT: seconds, many more on a loaded machine).
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (data / "checkpoints" / "table" / "commits" / "0").is_file():
-        time.sleep(0.2)
-    time.sleep(1)
-    published, tick = 0, 0.05
-    start = time.monotonic()
-    next_sample = start
-    while (now := time.monotonic()) - start < seconds:
-        due = int((now - start) * rate) - published
-        if due > 0:
-            appender.append(topic, _messages(published, due))
-            published += due
-        if now >= next_sample:
-            samples.append((now - start, sum(journal_lag(journal).values())))
-            next_sample += 0.5
-        time.sleep(tick)
-    drain_start = time.monotonic()
-    while sum(journal_lag(journal).values()) > 0 and time.monotonic() - drain_start < 120:
-        samples.append((time.monotonic() - start, sum(journal_lag(journal).values())))
-        time.sleep(0.25)
-    drained_s = time.monotonic() - drain_start
-    appender.stop()
-    stop.set()
-    runner.join(timeout=60)
-    journal.dispose()
-    store.dispose()
-    steady = [lag for t, lag in samples if t <= seconds]
-    ordered = sorted(steady) or [0]
-    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
-    return {"rate_msgs_per_s": rate, "seconds": seconds, "published": published,
-            "lag_mean": sum(steady) / max(1, len(steady)), "lag_p50": ordered[len(ordered) // 2],
-            "lag_p95": p95, "lag_max": ordered[-1], "lag_p95_s": p95 / rate,
-            "drain_after_stop_s": drained_s, "samples": samples}
-
-
 def run(quick: bool = False, out_dir: Path = Path("bench/out")) -> dict[str, Any]:
     """Measure, print and save (``journal.json``, ``journal.png``) the journal's figures."""
     from journal_spark.job import build_session

@@ -28,7 +28,7 @@ class Stored(msgspec.Struct, frozen=True, gc=False):
 
     # A msgspec Struct, not a named tuple: the writer makes one per message, and its constructor
     # is native (about a third of the named tuple's), and a committed publish's answer is
-    # encoded from it natively (:func:`broker.api.fast_json.stored_answer`) instead of through a
+    # encoded from it natively (:func:`broker.api.fast_json.stored_answer_bytes`) instead of through a
     # dict per message. Its fields are the answer's keys, in the answer's order. No reference
     # cycle can go through it (strings, ints, a bool), so the garbage collector does not track it.
     id: str

@@ -216,7 +216,7 @@ class Publisher:
         """The HTTP status of the answer of a publish stored at ``stored``: 200 when nothing was new."""
         if is_batch:
             return 200 if all(s.duplicate for s in stored) else 201
-        return 200 if stored[0].duplicate else 201   # a single message: no generator (one a single publish)
+        return 200 if stored[0].duplicate else 201   # a single message: no generator to make
 
     @staticmethod
     def answer_body(is_batch: bool, stored: list[Stored]) -> tuple[int, dict[str, Any]]:
