@@ -141,7 +141,11 @@ def build_session(master: str, app_name: str = "toymb-journal", scratch: Scratch
     finally:
         restore_python(previous)
     spark.sparkContext.setLogLevel("WARN")
-    _quiet(spark, "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor")  # "falling behind"
+    # "Current batch is falling behind": a backlog drained in big batches is not a fault. Spark 4.2
+    # moved the class into the .runtime package; the old name is kept for older Sparks.
+    for name in ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",
+                 "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor"):
+        _quiet(spark, name)
     spark.dataSource.register(StoreDataSource)
     register_functions(spark)
     return spark
