@@ -53,7 +53,7 @@ def _messages(start: int, count: int) -> list[NewMessage]:
                        "application/json", body % i) for i in range(start, start + count)]
 
 
-def _fill(store: Store, per_topic: int, first: int = 0) -> None:
+def fill_store(store: Store, per_topic: int, first: int = 0) -> None:
     """Publish ``per_topic`` messages to each topic, numbered from ``first`` (their ids, ``m-<n>``)."""
     appender = Appender(store)
     appender.start()
@@ -126,7 +126,7 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
     return elapsed, batches
 
 
-def _ceiling(spark: Any, url: str, out: Path,
+def spark_ceiling(spark: Any, url: str, out: Path,
              start: dict[str, list[int]] | None = None) -> tuple[float, float, int, float]:
     """Spark writing the same rows from a DataFrame, laid out as the journal does.
 
@@ -230,13 +230,13 @@ def _throughput(spark: Any, root: Path, per_topic: int, max_rows: int) -> dict[s
     settings = config.load(env={}, overrides={"data_dir": str(data), "journal_max_rows": max_rows})
     store = Store(settings.effective_database_url)
     store.create_schema()
-    _fill(store, per_topic)
+    fill_store(store, per_topic)
     rows = store.count_messages()
     store.dispose()
     cpu = tree_cpu_s()
     wall_s, batches_s = _journal_once(spark, settings, data / "checkpoints")
     journal_cpu = tree_cpu_s() - cpu
-    ceiling_s, created_s, ceiling_rows, ceiling_cpu = _ceiling(spark, settings.effective_database_url,
+    ceiling_s, created_s, ceiling_rows, ceiling_cpu = spark_ceiling(spark, settings.effective_database_url,
                                                                data / "ceiling")
     assert ceiling_rows == rows
     shutil.rmtree(data, ignore_errors=True)

@@ -38,7 +38,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from bench.journal import _ceiling, _fill
+from bench.journal import fill_store, spark_ceiling
 from bench.journal_lag import tree_cpu_s
 from broker import config
 from broker.store import Store
@@ -149,7 +149,7 @@ def _round(spark: Any, query: Any, store: Store, journal: JournalStore, url: str
     # recentProgress keeps the last 100 records; the backlog's batches are the latest.
     batches = backlog_batches(query.recentProgress, since)
     busy_s, wall_s = drain_seconds(batches)
-    ceiling_s, created_s, ceiling_rows, ceiling_cpu = _ceiling(spark, url, out, start=since)
+    ceiling_s, created_s, ceiling_rows, ceiling_cpu = spark_ceiling(spark, url, out, start=since)
     shutil.rmtree(out, ignore_errors=True)
     assert ceiling_rows == rows, (ceiling_rows, rows)
     return {"rows": rows, "batches": len(batches), "batch_rows": [moved_rows(b) for b in batches],
@@ -163,7 +163,7 @@ def measure(spark: Any, root: Path, warm_per_topic: int, per_topic: int, max_row
             rounds: int = ROUNDS) -> dict[str, Any]:
     """A running journal query drains ``rounds`` backlogs of ``per_topic`` rows a topic, one after
     another, after ``warm_per_topic``; after each, Spark writes the same rows from a cached DataFrame
-    (``bench.journal._ceiling``). The ratio is the median of the rounds' (each round's listed)."""
+    (``bench.journal.spark_ceiling``). The ratio is the median of the rounds' (each round's listed)."""
     from journal_spark.job import journal_stream
     from journal_spark.source import read_end_offsets
     from journal_spark.table import DeltaSink
@@ -174,10 +174,10 @@ def measure(spark: Any, root: Path, warm_per_topic: int, per_topic: int, max_row
     store = Store(url)
     store.create_schema()
     journal = JournalStore(url, pooled=False)
-    _fill(store, warm_per_topic)
+    fill_store(store, warm_per_topic)
     marks = [read_end_offsets(journal)]     # the warm-up's end offsets, then each round's
     for k in range(rounds):
-        _fill(store, per_topic, first=warm_per_topic + k * per_topic)
+        fill_store(store, per_topic, first=warm_per_topic + k * per_topic)
         marks.append(read_end_offsets(journal))
     _set_ends(store, marks[0])
     checkpoint = data / "checkpoints"
@@ -189,7 +189,7 @@ def measure(spark: Any, root: Path, warm_per_topic: int, per_topic: int, max_row
         _wait("drain its warm-up backlog", lambda: _reached(journal.journaled_offsets(), marks[0]), query)
         # The ceiling's first run in a JVM is slower (C2): warm it on the warm-up rows, as the
         # fresh-query measurement's warm-up run did, while the query idles.
-        _ceiling(spark, url, data / "ceiling-warm-up")
+        spark_ceiling(spark, url, data / "ceiling-warm-up")
         measured = [_round(spark, query, store, journal, url, since, until, data / f"ceiling-{k}")
                     for k, (since, until) in enumerate(itertools.pairwise(marks))]
     finally:
