@@ -127,7 +127,7 @@ def _journal_once(spark: Any, settings: config.Settings, checkpoint: Path) -> tu
 
 
 def spark_ceiling(spark: Any, url: str, out: Path,
-             start: dict[str, list[int]] | None = None) -> tuple[float, float, int, float]:
+                  start: dict[str, list[int]] | None = None) -> tuple[float, float, int, float]:
     """Spark writing the same rows from a DataFrame, laid out as the journal does.
 
     Two ceilings: the strict one writes a cached, materialised DataFrame (only the Delta write
