@@ -16,7 +16,7 @@ from .api.fast_publish import PublishFastPath
 from .api.routes import Route, Routes
 from .cluster import api as cluster_api
 from .config import Settings
-from .console import routes as console_routes
+from .console.api import routes as console_routes
 from .delivery import api as delivery_api
 from .delivery import api_control as delivery_control
 from .delivery import compat as delivery_compat

@@ -8,12 +8,21 @@ from typing import Any
 import click
 
 from .config import load_settings
-from .console.status import status
 from .errors import ConfigError
+from .lazy_commands import LazyGroup
 from .logs import setup_logging
 
 
-@click.group()
+# Each command's module is imported when it runs (broker/lazy_commands.py); a command whose extra
+# is not installed is left out.
+@click.group(cls=LazyGroup, lazy={
+    "status": ("broker.console.status", "status"),
+    "journal": ("journal_spark.cli", "journal"),
+    "consume": ("driver.cli", "consume"),
+    "seek": ("driver.seek_cli", "seek"),
+    "bench": ("bench.cli", "bench"),
+    "bridge": ("journal_spark.jms.cli", "bridge"),
+})
 @click.version_option(package_name="toymb")
 def main() -> None:
     """ToyMB: a clustered HTTP message broker with a Spark-kept journal."""
@@ -40,53 +49,6 @@ def serve(config_file: str | None, **flags: Any) -> None:
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {settings.host}:{settings.port}: {exc.strerror}") from None
 
-
-_OWN_PACKAGES = {"broker", "driver", "journal_spark", "nats_bridge", "bench"}
-
-
-def _add_optional(module_name: str, attr: str, group: click.Group | None = None, name: str | None = None) -> None:
-    """Add a command whose module, or whose extra's third-party packages, may not be installed
-    (a node installed without ``[journal]`` has ``journal_spark`` but not ``stomp``). A module of
-    our own packages missing under one that is installed is a bug, and still raises."""
-    try:
-        module = __import__(module_name, fromlist=[attr])
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing != module_name and not module_name.startswith(missing + ".") \
-                and missing.split(".")[0] in _OWN_PACKAGES:
-            raise
-        return
-    (group or main).add_command(getattr(module, attr), name)
-
-
-main.add_command(status)
-_add_optional("journal_spark.cli", "journal")
-_add_optional("driver.cli", "consume")
-_add_optional("driver.seek_cli", "seek")
-_add_optional("bench.cli", "bench")
-_add_optional("journal_spark.jms.cli", "bridge")
-
-
-def _add_ingress_commands() -> None:
-    """``toymb journal ingress`` (Kafka) and ``toymb journal jms-ingress`` (JMS) beside ``run``."""
-    journal = main.commands.get("journal")
-    if isinstance(journal, click.Group):
-        _add_optional("journal_spark.ingress_cli", "ingress", journal, "ingress")
-        _add_optional("journal_spark.jms.cli", "jms_ingress", journal, "jms-ingress")
-
-
-_add_ingress_commands()
-
-
-
-def _add_nats_bridge() -> None:
-    """``toymb bridge nats --routes FILE`` beside the JMS bridges' management commands."""
-    bridge = main.commands.get("bridge")
-    if isinstance(bridge, click.Group):
-        _add_optional("nats_bridge.cli", "nats_bridge", bridge)
-
-
-_add_nats_bridge()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

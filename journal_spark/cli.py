@@ -9,12 +9,16 @@ from typing import Any
 import click
 
 from broker.config import load_settings
+from broker.lazy_commands import LazyGroup
 from broker.logs import setup_logging
 
 from .errors import JournalError
 
 
-@click.group()
+# ``toymb journal ingress`` (Kafka) and ``toymb journal jms-ingress`` (JMS) beside ``run``, imported
+# only when one of them runs: ``journal run`` loads no bridge client.
+@click.group(cls=LazyGroup, lazy={"ingress": ("journal_spark.ingress_cli", "ingress"),
+                                  "jms-ingress": ("journal_spark.jms.cli", "jms_ingress")})
 def journal() -> None:
     """The Spark journal: Parquet log of every message, and replay from it."""
 

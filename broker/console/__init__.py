@@ -6,10 +6,9 @@
 - ``POST /console/api/bridges/action``: pause or resume a bridge at a configured address (admin).
 
 ``toymb status [--watch]`` prints the same overview in a terminal (:mod:`broker.console.status`).
+The routes are in :mod:`broker.console.api`; this package imports nothing, so that ``toymb status``
+(a client: click and requests) does not load the node's Flask routes, store and SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from .api import routes
-
-__all__ = ["routes"]

@@ -15,6 +15,8 @@ from typing import Any
 import click
 import requests
 
+from broker.lazy_commands import LazyGroup
+
 from ..errors import JournalError
 from ..routes_file import load_routes
 from .config import ingress_configs
@@ -74,7 +76,9 @@ def jms_ingress(routes_file: str, names: tuple[str, ...], host: str, port: int, 
         server.close()
 
 
-@click.group("bridge")
+# ``toymb bridge nats --routes FILE`` beside the JMS bridges' management commands (nats_bridge may be
+# missing: then so is the command).
+@click.group("bridge", cls=LazyGroup, lazy={"nats": ("nats_bridge.cli", "nats_bridge")})
 def bridge() -> None:
     """Manage running bridges over HTTP: status, pause, resume, stop, start."""
 

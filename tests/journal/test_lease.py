@@ -13,7 +13,6 @@ import pytest
 
 from journal_spark.errors import ReplayError
 from journal_spark.lease import JournalLease
-from journal_spark.replay import parse_as_of
 
 
 @pytest.fixture(params=["sqlite", "pg_url", "mariadb_url"])
@@ -77,6 +76,14 @@ def test_a_standby_waits_and_a_lost_lease_is_reported_once(tmp_path: Path) -> No
         stop.set()
         holder.dispose()
         standby.dispose()
+
+
+def parse_as_of(text: str) -> Any:
+    """journal_spark.replay's, imported here: at module level it made every pytest worker import
+    pyarrow and pandas (0.37 CPU-s) while collecting, whether or not it ran a journal test."""
+    from journal_spark.replay import parse_as_of as parse
+
+    return parse(text)
 
 
 @pytest.mark.parametrize("text", ["soon", "2026-13-01", "-5", "99999999999999999999999"])
