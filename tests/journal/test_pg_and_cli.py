@@ -32,7 +32,10 @@ def test_journal_over_a_database_server(spark: Any, request: pytest.FixtureReque
     query = query.trigger(availableNow=True).start()
     query.awaitTermination(180)
     assert not query.isActive and query.exception() is None, query.exception()
-    assert len(batches) >= 3
+    # 3,000 rows in batches of at most 1,000; on failure, each batch's planned offsets say why
+    # (seen once with one batch, not reproduced in 6 runs).
+    assert len(batches) >= 3, [(p["batchId"], p["sources"][0]["startOffset"], p["sources"][0]["endOffset"])
+                               for p in query.recentProgress]
     assert_journal_matches(tmp_path / "journal", store)
     ends = read_end_offsets(JournalStore.of(store))
     assert journal.journaled_offsets() == {(t, p): n for t, parts in ends.items() for p, n in enumerate(parts)}
