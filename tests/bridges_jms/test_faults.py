@@ -115,13 +115,14 @@ class Collector:
                 client.close()
 
 
-def start_job(tmp_path: Path, db: Path, routes: Path, log: Path, max_rows: int = 1500) -> subprocess.Popen[bytes]:
+def start_job(tmp_path: Path, db: Path, routes: Path, log: Path, max_rows: int = 1500,
+              master: str = "local[1]") -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOYMB_")}
     env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                 "TOYMB_LOG_LEVEL": "WARNING"})
     cmd = [sys.executable, "-m", "broker", "journal", "run", "--database-url", f"sqlite:///{db}",
            "--routes", str(routes), "--journal-dir", str(tmp_path / "journal"),
            "--checkpoint-dir", str(tmp_path / "checkpoints"), "--max-rows", str(max_rows), "--trigger-ms", "300",
-           "--metrics-port", "0", "--master", "local[1]"]
+           "--metrics-port", "0", "--master", master]
     return subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                             start_new_session=True)

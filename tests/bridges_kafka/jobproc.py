@@ -15,12 +15,12 @@ class JournalProcess:
     extra_env: dict[str, str] = {}   # more environment for the job (never changed in place)
 
     def __init__(self, workdir: Path, database_url: str, routes: Path, *, once: bool = False,
-                 max_rows: int = 2000) -> None:
+                 max_rows: int = 2000, master: str = "local[2]") -> None:
         self.workdir = workdir
         self.args = [sys.executable, "-m", "broker", "journal", "run", "--database-url", database_url,
                      "--routes", str(routes), "--journal-dir", str(workdir / "journal"),
                      "--checkpoint-dir", str(workdir / "checkpoints"), "--metrics-port", "0",
-                     "--trigger-ms", "200", "--max-rows", str(max_rows), "--master", "local[2]"]
+                     "--trigger-ms", "200", "--max-rows", str(max_rows), "--master", master]
         if once:
             self.args.append("--once")
         self.log_path = workdir / "journal.log"

@@ -1,4 +1,5 @@
-"""Exactly once across crashes: the journal job is SIGKILLed three times while it routes a stream."""
+"""Exactly once across crashes: the journal job is SIGKILLed three times while it routes a stream,
+on ``local[2]`` and on a Spark standalone cluster."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from broker.store.journal import JournalStore
 from broker.store.sql import Store
 from tests.bridges_kafka.conftest import BOOTSTRAP, append_orders, consume_all, create_topics, kafka_retry, routes_file
 from tests.bridges_kafka.jobproc import JournalProcess
+from tests.journal.jobs import PrivateSparkCluster
 
 # The timeout only stops a hung run: the crash test starts four JVMs, and took 545 s in a CI run
 # loaded by a second one, close to the former 600 s.
@@ -90,7 +92,25 @@ class _Publisher(threading.Thread):
             store.dispose()
 
 
+def cluster_apps(cluster: PrivateSparkCluster) -> set[str]:
+    """The applications whose executors the cluster's workers ran (a folder each in a worker's work dir)."""
+    return {app.name for work in cluster.state.glob("work-*") for app in work.glob("app-*")}
+
+
 def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, names: Any) -> None:
+    """SIGKILL the journal job in the middle of a Kafka transaction three times, on ``local[2]`` and on a
+    Spark standalone cluster in turn (same store, checkpoint and table), then drain on the cluster."""
+    cluster = PrivateSparkCluster(tmp_path / "services")
+    cluster.run("start")
+    try:
+        _crash_run(tmp_path, names, cluster)
+    finally:
+        cluster.run("stop")
+
+
+def _crash_run(tmp_path: Path, names: Any, cluster: PrivateSparkCluster) -> None:
+    # The masters take turns: kills on local[2], the cluster, local[2]; the final drain on the cluster.
+    masters = ["local[2]", cluster.master, "local[2]"]
     dest = names("crash-orders")
     create_topics(dest, partitions=PARTITIONS)
     routes = routes_file(tmp_path, f"bridge.id={dest}\nroutes.o.predicate=msg.address==orders\n"
@@ -102,10 +122,10 @@ def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, name
     rng = random.Random(11)
     admin = AdminClient({"bootstrap.servers": BOOTSTRAP})
     kills = 0
-    job = JournalProcess(tmp_path, url, routes, max_rows=MAX_ROWS)
+    job = JournalProcess(tmp_path, url, routes)     # replaced at each start
     try:
         while kills < 3:
-            job.start()
+            job = JournalProcess(tmp_path, url, routes, max_rows=MAX_ROWS, master=masters[kills]).start()
             deadline = time.monotonic() + 240
             # Kill in the middle of a transaction: the 1st, 2nd or 3rd one this incarnation opens
             # (the killed predecessor's stays open until this one fences it: wait for that first).
@@ -119,11 +139,14 @@ def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, name
                     assert time.monotonic() < deadline, f"no transaction began:\n{job.log_tail()}"
                     time.sleep(POLL_S)
             job.kill()
+            if masters[kills] == cluster.master:
+                # The batch it was writing had its rows read by the cluster's executors.
+                assert cluster_apps(cluster), f"no executor ran on the cluster:\n{job.log_tail()}"
             kills += 1
         publisher.enough.set()
         publisher.join(120)
         assert not publisher.is_alive()
-        final = JournalProcess(tmp_path, url, routes, once=True, max_rows=1500).start()
+        final = JournalProcess(tmp_path, url, routes, once=True, max_rows=1500, master=cluster.master).start()
         assert final.wait(300) == 0, final.log_tail()
     finally:
         publisher.enough.set()

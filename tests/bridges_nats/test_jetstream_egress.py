@@ -20,6 +20,8 @@ from nats_bridge.jetstream_sink import JetStreamSink
 from tests.bridges_jms.conftest import activemq, amq_up, node  # noqa: F401 - activemq, node: fixtures
 from tests.bridges_jms.conftest import unique as jms_unique
 from tests.bridges_jms.test_faults import STALL_S, Collector, start_job
+from tests.bridges_kafka.test_crash import cluster_apps
+from tests.journal.jobs import PrivateSparkCluster
 from tests.support import NodeProcess, wait_progressing
 
 from .conftest import NatsThread, unique, write_routes
@@ -92,9 +94,23 @@ def _post(target: NodeProcess, topic: str) -> None:
 def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
         activemq: str, node: NodeProcess, nats_client: NatsThread, stream: tuple[str, str],  # noqa: F811
         tmp_path: Path) -> None:
+    """SIGKILL the journal job three times while it writes JMS and JetStream, on ``local[1]`` and on a
+    Spark standalone cluster in turn (same store, checkpoint and table); it finishes on the cluster."""
+    cluster = PrivateSparkCluster(tmp_path / "services")
+    cluster.run("start")
+    try:
+        _crash_run(node, nats_client, stream, tmp_path, cluster)
+    finally:
+        cluster.run("stop")
+
+
+def _crash_run(target: NodeProcess, nats_client: NatsThread, stream: tuple[str, str], tmp_path: Path,
+               cluster: PrivateSparkCluster) -> None:
+    # The masters take turns: kills on local[1], the cluster, local[1]; after the third, the cluster.
+    masters = ["local[1]", cluster.master, "local[1]", cluster.master]
     name, subject = stream
-    _post(node, "egress")
-    _post(node, "egress-js")
+    _post(target, "egress")
+    _post(target, "egress-js")
     queue = jms_unique("crash")
     routes = write_routes(tmp_path / "routes.properties", [
         f"bridge.id={unique('crash')}", "routing.start=earliest", "jms.egress.chunk=400",
@@ -103,7 +119,7 @@ def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
     collector = Collector(f"/queue/{queue}")
     collector.thread.start()
     log = tmp_path / "job.log"
-    db = node.data_dir / "toymb.db"
+    db = target.data_dir / "toymb.db"
     js = nats_client.nc.jetstream()
 
     def in_stream() -> int:
@@ -116,8 +132,8 @@ def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
         return len(collector.frames) >= count or in_stream() >= count
 
     # Twice the rows per batch of the single-sink tests: as many of each topic as they had.
-    job = start_job(tmp_path, db, routes, log, max_rows=3000)
     kills = 0
+    job = start_job(tmp_path, db, routes, log, max_rows=3000, master=masters[kills])
     began = time.monotonic()
     try:
         def progress() -> tuple[int, int, int]:
@@ -131,14 +147,17 @@ def test_journal_job_sigkilled_three_times_during_jms_and_jetstream_egress(
                              stall=STALL_S, what=f"{threshold} messages in JMS or in JetStream")
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(30)
+            if masters[kills] == cluster.master:
+                # It moved the sinks past the threshold: the cluster's executors read those rows.
+                assert cluster_apps(cluster), log.read_text()[-3000:]
             kills += 1
             print(f"kill {kills} at {time.monotonic() - began:.1f}s with {len(collector.frames)} in JMS, "
                   f"{in_stream()} in JetStream")
             if each_holds(TOTAL):
                 break
-            job = start_job(tmp_path, db, routes, log, max_rows=3000)
+            job = start_job(tmp_path, db, routes, log, max_rows=3000, master=masters[kills])
         if job.poll() is not None:
-            job = start_job(tmp_path, db, routes, log, max_rows=3000)
+            job = start_job(tmp_path, db, routes, log, max_rows=3000, master=masters[kills])
         wait_progressing(lambda: each_holds(TOTAL), progress, stall=STALL_S, interval=0.5,
                          what="all messages in JMS and in JetStream")
         time.sleep(3)     # anything sent twice would arrive now
