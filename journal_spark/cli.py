@@ -20,7 +20,7 @@ from .errors import JournalError
 @click.group(cls=LazyGroup, lazy={"ingress": ("journal_spark.ingress_cli", "ingress"),
                                   "jms-ingress": ("journal_spark.jms.cli", "jms_ingress")})
 def journal() -> None:
-    """The Spark journal: Parquet log of every message, and replay from it."""
+    """The Spark journal: a Delta table of every message, and replay from it."""
 
 
 @journal.command()
@@ -44,7 +44,7 @@ def journal() -> None:
               help="lease period; a second process stands by and takes over [TOYMB_JOURNAL_LEASE_MS]")
 @click.option("--once", is_flag=True, help="journal what is in the store now, then stop")
 def run(config_file: str | None, once: bool, **flags: Any) -> None:
-    """Journal the store's messages to Parquet (and bridge them, with --routes) until stopped."""
+    """Journal the store's messages to the Delta table (and bridge them, with --routes) until stopped."""
     settings = load_settings(config_file, **flags)
     setup_logging(settings.log_level)
     from .job import run as run_job

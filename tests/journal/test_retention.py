@@ -69,7 +69,7 @@ def test_retention_keeps_unjournaled_unconsumed_and_young_messages(tmp_path: Pat
                                                                             in acked["acked"].items()}},
                                        timeout=10)
                 assert commit.status_code == 200, commit.text
-        # What the journal job records after committing batches to Parquet.
+        # What the journal job records after committing batches to the table.
         JournalStore.of(store).record_journaled({(t, p): n for t, parts in journaled.items()
                                                  for p, n in parts.items()})
 
