@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Row, Table, case, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.sql.dml import Insert
 
 MYSQL = ("mysql", "mariadb")
@@ -68,7 +69,10 @@ PG_CONNECT_TIMEOUT_S = 2
 def engine_options(url: str) -> dict[str, Any]:
     """Extra ``create_engine`` arguments for the database of ``url`` (already normalised)."""
     if url.startswith("postgresql"):
-        return {} if "connect_timeout=" in url else {"connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S}}
+        # The URL's query, not its text: a password may hold "connect_timeout=".
+        if "connect_timeout" in make_url(url).query:
+            return {}
+        return {"connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S}}
     if not url.startswith(MYSQL):
         return {}
     # utf8mb4: four-byte UTF-8 (emoji) in headers and keys; MariaDB's "utf8" stops at three bytes.

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from broker.store.dialects import PG_CONNECT_TIMEOUT_S, engine_options
 from broker.store.engines import open_engine
 
 
@@ -65,3 +66,10 @@ def test_a_postgresql_server_that_never_answers_is_an_error_not_a_hang(silent_se
     worker.join(timeout=60)   # far past the bound: only a connect that waits for ever is still here
     assert not worker.is_alive(), "connecting to a silent server never ended"
     assert len(outcome) == 1 and isinstance(outcome[0], OperationalError), outcome
+
+
+def test_a_connect_timeout_in_the_url_wins_and_only_there() -> None:
+    assert engine_options("postgresql+psycopg://toymb@127.0.0.1:5432/toymb?connect_timeout=30") == {}
+    # A password that happens to hold the words is no setting: the bound still applies.
+    assert engine_options("postgresql+psycopg://toymb:connect_timeout=9@127.0.0.1:5432/toymb") == {
+        "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S}}
