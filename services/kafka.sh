@@ -62,6 +62,7 @@ SVC_LOGS_FILE="$SERVER_LOG_DIR/server.log"
 SVC_STOP_TIMEOUT=60   # SIGTERM = controlled shutdown (flushes logs, writes clean-shutdown marker).
 SVC_COMMANDS="classpath|create-topic NAME PARTITIONS|delete-topic NAME|list-topics|describe-topic NAME"
 LOG_OFFSET=""   # size of server.log before this start launched the broker
+LOG_INODE=""    # and its inode (a roll-over renames it to server.log.1)
 
 # ---------------------------------------------------------------- install ---
 write_pom() {
@@ -279,9 +280,32 @@ svc_launch() {
     write_config
     format_storage
     LOG_OFFSET=0
-    [[ -f "$SERVER_LOG_DIR/server.log" ]] && LOG_OFFSET="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
+    LOG_INODE=""
+    if [[ -f "$SERVER_LOG_DIR/server.log" ]]; then
+        LOG_OFFSET="$(stat -c %s "$SERVER_LOG_DIR/server.log")"
+        LOG_INODE="$(stat -c %i "$SERVER_LOG_DIR/server.log")"
+    fi
     broker_command
     start_detached "$LOGFILE" "${BROKER_CMD[@]}"
+}
+
+# Whether this run's part of server.log holds the text $1. The log rolls over at 20 MB
+# (log4j2.properties): the file is renamed to a server.log.N, so a roll during the start leaves this
+# run's first lines at the end of that file and the rest in a new server.log (the offset into the old
+# file then pointed past the new one's end, and a start whose log rolled was reported failed).
+this_run_logged() {
+    local log="$SERVER_LOG_DIR/server.log" rolled
+    if [[ -n "$LOG_INODE" && "$(stat -c %i "$log" 2>/dev/null)" != "$LOG_INODE" ]]; then
+        grep -qs "$1" "$log" && return 0
+        log=""
+        for rolled in "$SERVER_LOG_DIR"/server.log.*; do
+            [[ "$(stat -c %i "$rolled" 2>/dev/null)" == "$LOG_INODE" ]] && log="$rolled"
+        done
+        [[ -n "$log" ]] || return 1
+    fi
+    # grep -q stops reading at the first match; in a pipe, tail would then die of
+    # SIGPIPE and pipefail would call the match a failure (it did once the log grew).
+    grep -q "$1" < <(tail -c "+$((LOG_OFFSET + 1))" "$log" 2>/dev/null)
 }
 
 # The listener socket is bound before the broker has finished starting up;
@@ -291,8 +315,7 @@ svc_after_ports() {
     local deadline=$((SECONDS + 90))
     # grep -q stops reading at the first match; in a pipe, tail would then die of
     # SIGPIPE and pipefail would call the match a failure (it did once the log grew).
-    until grep -q 'Kafka Server started' \
-            < <(tail -c "+$((LOG_OFFSET + 1))" "$SERVER_LOG_DIR/server.log" 2>/dev/null); do
+    until this_run_logged 'Kafka Server started'; do
         if ((SECONDS >= deadline)) || ! pid_alive "$1"; then
             svc_start_failed "$1" "kafka did not finish starting (no 'Kafka Server started' in server.log)"
         fi

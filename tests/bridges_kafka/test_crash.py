@@ -92,11 +92,6 @@ class _Publisher(threading.Thread):
             store.dispose()
 
 
-def cluster_apps(cluster: PrivateSparkCluster) -> set[str]:
-    """The applications whose executors the cluster's workers ran (a folder each in a worker's work dir)."""
-    return {app.name for work in cluster.state.glob("work-*") for app in work.glob("app-*")}
-
-
 def test_sigkilled_journal_routes_each_message_exactly_once(tmp_path: Path, names: Any) -> None:
     """SIGKILL the journal job in the middle of a Kafka transaction three times, on ``local[2]`` and on a
     Spark standalone cluster in turn (same store, checkpoint and table), then drain on the cluster."""
@@ -141,7 +136,7 @@ def _crash_run(tmp_path: Path, names: Any, cluster: PrivateSparkCluster) -> None
             job.kill()
             if masters[kills] == cluster.master:
                 # The batch it was writing had its rows read by the cluster's executors.
-                assert cluster_apps(cluster), f"no executor ran on the cluster:\n{job.log_tail()}"
+                assert cluster.executor_apps(), f"no executor ran on the cluster:\n{job.log_tail()}"
             kills += 1
         publisher.enough.set()
         publisher.join(120)

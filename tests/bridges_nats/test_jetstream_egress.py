@@ -20,7 +20,6 @@ from nats_bridge.jetstream_sink import JetStreamSink
 from tests.bridges_jms.conftest import activemq, amq_up, node  # noqa: F401 - activemq, node: fixtures
 from tests.bridges_jms.conftest import unique as jms_unique
 from tests.bridges_jms.test_faults import STALL_S, Collector, start_job
-from tests.bridges_kafka.test_crash import cluster_apps
 from tests.journal.jobs import PrivateSparkCluster
 from tests.support import NodeProcess, wait_progressing
 
@@ -149,7 +148,7 @@ def _crash_run(target: NodeProcess, nats_client: NatsThread, stream: tuple[str, 
             job.wait(30)
             if masters[kills] == cluster.master:
                 # It moved the sinks past the threshold: the cluster's executors read those rows.
-                assert cluster_apps(cluster), log.read_text()[-3000:]
+                assert cluster.executor_apps(), log.read_text()[-3000:]
             kills += 1
             print(f"kill {kills} at {time.monotonic() - began:.1f}s with {len(collector.frames)} in JMS, "
                   f"{in_stream()} in JetStream")

@@ -142,6 +142,10 @@ class PrivateSparkCluster:
         if not private.exists():
             private.symlink_to(folder, target_is_directory=True)
 
+    def executor_apps(self) -> set[str]:
+        """The applications whose executors the workers ran (a folder each in a worker's work dir)."""
+        return {app.name for work in self.state.glob("work-*") for app in work.glob("app-*")}
+
     def run(self, *command: str) -> None:
         done = subprocess.run([self.script, *command], env=self.env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"services/spark.sh {' '.join(command)}: {done.stderr[-2000:]}"
