@@ -60,26 +60,13 @@ services-stop:
 docker:
 	bash services/docker.sh start
 
-# Services and the Docker engine start in the background while the venv installs; the Spark JVM's
-# class archive is built (journal_spark/jvm_archive.py; kept in .services) from then on, and the
-# checkers run at once beside it and the services' start (they need neither: run after the
-# services' start, they waited for its slowest one, the Docker engine's above all); then the suite
-# in parallel (pytest-xdist). An engine that cannot start does not stop the run:
-# tests/packaging/test_docker_cluster.py reports why (a failure under CI). No test restarts a shared
-# service, so workers cannot disturb each other; the slowest tests are listed at the end, pass or fail.
+# services/setup.sh: the services, the Docker engine and the compose cluster's images start in the
+# background while the venv installs; the Spark JVM's class archive is built beside the checkers.
+# A failed part stops everything setup started and names its log. Then the suite in parallel
+# (pytest-xdist). No test restarts a shared service, so workers cannot disturb each other; the
+# slowest tests are listed at the end, pass or fail.
 test:
-	@mkdir -p .services/docker; bash services/all.sh start >.services/start.log 2>&1 & services=$$!; \
-	bash services/docker.sh start >.services/docker/start.log 2>&1 & docker=$$!; \
-	$(MAKE) --no-print-directory install; installed=$$?; archive=""; linted=1; \
-	if [[ $$installed == 0 ]]; then \
-	  $(BIN)/python -m journal_spark.jvm_archive build .services >.services/jvm-archive.log 2>&1 & archive=$$!; \
-	  $(MAKE) --no-print-directory lint; linted=$$?; fi; \
-	wait $$services; started=$$?; cat .services/start.log; \
-	wait $$docker || echo "make test: no Docker engine (see .services/docker/start.log)" >&2; cat .services/docker/start.log; \
-	if [[ $$installed != 0 || $$started != 0 ]]; then \
-	  [[ -z $$archive ]] || kill $$archive 2>/dev/null; echo "make test: setup failed" >&2; exit 1; fi; \
-	wait $$archive || echo "make test: no JVM class archive (see .services/jvm-archive.log); Spark starts slower" >&2; \
-	cat .services/jvm-archive.log; [[ $$linted == 0 ]]
+	@bash services/setup.sh $(BIN)
 	$(BIN)/pytest $(PYTEST_ARGS) -n $(PYTEST_WORKERS) --durations=30
 
 # Every checker `make test` enforces: ruff (rules in pyproject.toml), mypy --strict on every package.
@@ -88,7 +75,7 @@ lint: install
 	$(BIN)/mypy broker driver journal_spark nats_bridge bench
 
 bench: install services
-	command -v wrk >/dev/null || apt-get install -y -q wrk || true
+	bash services/apt.sh wrk
 	$(BIN)/toymb bench
 
 clean:

@@ -5,6 +5,7 @@
 # Optional service list after the command: services/all.sh start kafka nats
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+state="${TOYMB_SERVICES_DIR:-$(dirname "$here")/.services}"
 cmd="${1:-}"; shift || true
 services=("$@")
 [[ ${#services[@]} -gt 0 ]] || services=(postgres mariadb activemq kafka nats chromium)
@@ -18,7 +19,7 @@ case "$cmd" in
             "$here/$s.sh" start & pids+=($!)
         done
         for i in "${!services[@]}"; do
-            wait "${pids[i]}" || { echo "[all] ${services[i]} start failed" >&2; rc=1; }
+            wait "${pids[i]}" || { echo "[all] ${services[i]} start failed (log: $state/${services[i]}/${services[i]}.log)" >&2; rc=1; }
         done ;;
     status)
         for s in "${services[@]}"; do

@@ -34,16 +34,7 @@ engine_up() { [[ -S $SOCKET ]] && timeout 10 "$DOCKER" info >/dev/null 2>&1; }
 
 install_engine() {
     [[ -x /usr/sbin/dockerd && -x $DOCKER && -x /usr/bin/docker-compose && -x /usr/sbin/debootstrap ]] && return 0
-    [[ $(id -u) -eq 0 ]] || die "docker.io, docker-compose and debootstrap are missing and we are not root"
-    log "installing docker.io docker-compose debootstrap (Debian)"
-    # Another apt (not ours) may hold dpkg's lock: wait for it rather than fail. Stale package lists
-    # (a fresh machine) get one `apt-get update`.
-    local apt=(apt-get -y -q -o DPkg::Lock::Timeout=900)
-    export DEBIAN_FRONTEND=noninteractive
-    "${apt[@]}" install --no-install-recommends docker.io docker-compose debootstrap >"$STATE_DIR/apt.log" 2>&1 \
-        || { "${apt[@]}" update >>"$STATE_DIR/apt.log" 2>&1 \
-             && "${apt[@]}" install --no-install-recommends docker.io docker-compose debootstrap >>"$STATE_DIR/apt.log" 2>&1; } \
-        || { tail_log "$STATE_DIR/apt.log"; die "apt-get install docker.io docker-compose debootstrap failed"; }
+    apt_ensure docker.io docker-compose debootstrap
 }
 
 start_engine() {

@@ -43,30 +43,67 @@ with_lock() {
     fi
 }
 
-# Global apt lock so that several services installing at once do not collide.
-APT_UPDATED_MARKER="$STATE_BASE/.apt-updated"
+# ------------------------------------------------------------ Debian packages ---
+# The one way any script of ours installs Debian packages: apt_ensure (every services/*.sh,
+# services/apt.sh for the Makefile). dpkg is one per machine, so the lock is too, not one per clone:
+# two clones' scripts, or two services of one run, install one after the other. Another program's
+# apt (not ours) may hold dpkg's own locks: apt-get waits for them (DPkg::Lock::Timeout), and an
+# `apt-get update` that finds the lists locked is tried again, within the same bound.
+APT_LOCK="${TOYMB_APT_LOCK:-/var/lock/toymb-apt.lock}"
+APT_WAIT_S="${TOYMB_APT_WAIT_S:-900}"
+APT_LOG=""   # $STATE_BASE/.apt-install.log, set by apt_ensure
 
-# apt_ensure PKG... : install Debian packages that are not installed yet.
-apt_ensure() {
-    local missing=() p
+# apt_missing PKG...: print the packages that are not installed.
+apt_missing() {
+    local p
     for p in "$@"; do
-        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-            missing+=("$p")
-        fi
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
     done
-    [[ ${#missing[@]} -eq 0 ]] && return 0
+}
+
+# apt_lists_fresh: true when the package lists were fetched in the last day.
+apt_lists_fresh() {
+    [[ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -1440 -print -quit 2>/dev/null)" ]]
+}
+
+# apt_get ARGS...: apt-get that waits for dpkg's and the lists' locks (another program's apt) up to
+# APT_WAIT_S; its output is appended to APT_LOG. The lock fd 8 is not passed on: a daemon a package's
+# script starts must not hold our lock.
+apt_get() {
+    local deadline=$((SECONDS + APT_WAIT_S))
+    while :; do
+        DEBIAN_FRONTEND=noninteractive apt-get -y -q -o "DPkg::Lock::Timeout=$APT_WAIT_S" "$@" \
+            >>"$APT_LOG" 2>&1 8>&- && return 0
+        # apt-get update does not wait for the lists' lock: try again while another apt holds it.
+        tail -n 5 "$APT_LOG" | grep -qiE 'could not get lock|unable to (acquire|lock)' || return 1
+        ((SECONDS < deadline)) || return 1
+        sleep 2
+    done
+}
+
+# apt_ensure PKG...: install the Debian packages that are not installed yet (no recommends).
+apt_ensure() {
+    local missing
+    mapfile -t missing < <(apt_missing "$@")
+    ((${#missing[@]})) || return 0
     [[ $(id -u) -eq 0 ]] || die "packages missing (${missing[*]}) and not root; install them first"
-    log "installing Debian packages: ${missing[*]}"
+    mkdir -p "$STATE_BASE" "$(dirname "$APT_LOCK")"
+    APT_LOG="$STATE_BASE/.apt-install.log"
     (
-        exec 8>"$STATE_BASE/.apt.lock"
-        flock -w 900 8 || die "could not take apt lock"
-        export DEBIAN_FRONTEND=noninteractive
-        if [[ ! -e "$APT_UPDATED_MARKER" ]] || [[ -n "$(find "$APT_UPDATED_MARKER" -mmin +1440 2>/dev/null)" ]]; then
-            apt-get update -qq >&2 || die "apt-get update failed"
-            touch "$APT_UPDATED_MARKER"
+        exec 8>"$APT_LOCK"
+        log "installing Debian packages: ${missing[*]} (waiting for the machine's apt lock $APT_LOCK)"
+        flock -w "$APT_WAIT_S" 8 || die "another install held $APT_LOCK for ${APT_WAIT_S}s"
+        # Installed by another script while we waited.
+        mapfile -t missing < <(apt_missing "${missing[@]}")
+        ((${#missing[@]})) || exit 0
+        printf '\n===== %s %s: apt-get install %s =====\n' "$(date '+%F %T')" "$SVC_NAME" "${missing[*]}" >>"$APT_LOG"
+        if ! apt_lists_fresh; then
+            apt_get update || { tail -n 30 "$APT_LOG" >&2; die "apt-get update failed (log: $APT_LOG)"; }
         fi
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >"$STATE_BASE/.apt-install.log" 2>&1 \
-            || { tail -n 30 "$STATE_BASE/.apt-install.log" >&2; die "apt-get install ${missing[*]} failed"; }
+        # Lists a day old can name versions the mirror no longer has: update once and try again.
+        apt_get install --no-install-recommends "${missing[@]}" \
+            || { apt_get update && apt_get install --no-install-recommends "${missing[@]}"; } \
+            || { tail -n 30 "$APT_LOG" >&2; die "apt-get install ${missing[*]} failed (log: $APT_LOG)"; }
     )
 }
 

@@ -8,10 +8,12 @@ runs without iptables, so containers have no way out); ``docker-compose`` (v1, D
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -66,8 +68,23 @@ def compose_command() -> list[str]:
     return [v1]
 
 
+BUILD_LOCK = ROOT / ".services" / "docker" / "images.lock"
+
+
 def build_images(client: docker.DockerClient, env: dict[str, str]) -> dict[str, str]:
-    """Build every image the compose file names, from its ``build`` sections: image -> id."""
+    """Build every image the compose file names, from its ``build`` sections: image -> id.
+
+    One build at a time per clone (``BUILD_LOCK``): ``services/setup.sh`` starts one in the
+    background as soon as the engine is up, and the compose test's build then waits for it and finds
+    every layer cached, instead of building the same layers a second time beside it.
+    """
+    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with BUILD_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_images(client, env)
+
+
+def _build_images(client: docker.DockerClient, env: dict[str, str]) -> dict[str, str]:
     built: dict[str, str] = {}
     for service in compose_file()["services"].values():
         image, build = service["image"], service.get("build")
@@ -192,3 +209,17 @@ def received_ids(container: Container) -> list[str]:
     """The ids a subscriber container printed (``received <id>``), in order, repeats included."""
     return [line.split()[1] for line in container.logs(stdout=True, stderr=False).decode().splitlines()
             if line.startswith("received ")]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.packaging.compose_cluster build``: build the images (setup.sh runs it)."""
+    if argv != ["build"]:
+        print("usage: python -m tests.packaging.compose_cluster build", file=sys.stderr)
+        return 2
+    for image, image_id in build_images(engine(), {"TOYMB_BASE_IMAGE": BASE_IMAGE}).items():
+        print(f"{image} {image_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
