@@ -45,7 +45,8 @@ prepare_root() {
     /usr/bin/docker export "$cid" | tar -C "$root" -x
     /usr/bin/docker rm "$cid" >/dev/null
     cp /etc/resolv.conf "$root/etc/resolv.conf"
-    chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    # Java's packages need /proc while they configure.
+    unshare --mount --pid --fork --mount-proc="$root/proc" chroot "$root" /bin/sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         ${TOOLCHAIN[*]} && apt-get clean" >"$STATE_DIR/prepare.log" 2>&1 \
         || { tail_log "$STATE_DIR/prepare.log"; die "installing the toolchain in the rehearsal root failed"; }
     # The image keeps no package lists (as a new machine's may be stale): our scripts fetch them.
