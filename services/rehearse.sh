@@ -77,7 +77,8 @@ unshare --mount --pid --fork --mount-proc="$run/proc" /bin/bash -c '
         LANG=C.UTF-8 /bin/bash -c "cd /work/toymb && $(cat "$run/work/command")"
     rc=$?
     # /proc inside the root is this PID namespace'"'"'s: pid 1 is this shell, the rest is the run'"'"'s.
-    left="$(chroot "$run" ps -eo pid=,args= | awk "\$1 != 1 && \$2 != \"ps\"")"
+    chroot "$run" ps -eo pid=,args= >"$run/tmp/ps.txt"   # chroot execs ps: no other process of ours
+    left="$(awk "\$1 != 1 && \$2 != \"ps\"" "$run/tmp/ps.txt")"
     if [[ -n $left ]]; then printf "left running:\n%s\n" "$left"; ((rc)) || rc=3; fi
     exit $rc' rehearse "$run"
 rc=$?
