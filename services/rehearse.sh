@@ -69,8 +69,10 @@ printf '%q ' "$@" >"$run/work/command"
 log "rehearsing in $run (ref $ref): $*"
 started=$SECONDS
 # In the namespaces: mount what a machine has, run the command, then list what it left running.
-unshare --mount --pid --fork --mount-proc="$run/proc" /bin/bash -c '
+unshare --mount --pid --fork --mount-proc /bin/bash -c '
     run="$1"
+    # The root is a mount point of its own, as a machine'"'"'s is (dockerd remounts /).
+    mount --bind "$run" "$run"; mount --make-rprivate "$run"; mount -t proc proc "$run/proc"
     mount --rbind /dev "$run/dev"; mount --rbind /sys "$run/sys"; mount -t tmpfs tmpfs "$run/tmp"
     mount -t tmpfs tmpfs "$run/run"; mkdir -p "$run/run/lock"; mount -t devpts devpts "$run/dev/pts" 2>/dev/null || true
     chroot "$run" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
