@@ -20,11 +20,15 @@ STATE=.services
 mkdir -p "$STATE/docker"
 SESSIONS=()   # the session ids of the background parts (each is its session's leader)
 
-# background LOG CMD...: run CMD in a session of its own, output to LOG; prints its pid.
+# background LOG CMD...: run CMD in a session of its own, output to LOG; its pid (a child of this
+# shell, and its session's id: setsid does not fork in a shell without job control) goes to BG and
+# SESSIONS.
+BG=""
 background() {
     local logf="$1"; shift
     setsid "$@" >"$logf" 2>&1 </dev/null &
-    echo $!
+    BG=$!
+    SESSIONS+=("$BG")
 }
 
 # kill_session SID: SIGTERM, then SIGKILL, every process of session SID (the part and its children:
@@ -53,28 +57,26 @@ fail() {
 }
 trap 'fail "interrupted"' INT TERM
 
-services=$(background "$STATE/start.log" bash services/all.sh start)
-docker=$(background "$STATE/docker/start.log" bash services/docker.sh start)
-SESSIONS+=("$services" "$docker")
+background "$STATE/start.log" bash services/all.sh start; services=$BG
+background "$STATE/docker/start.log" bash services/docker.sh start; docker=$BG
 
 make --no-print-directory install || fail "make install (the virtualenv $BIN) failed: see above"
-archive=$(background "$STATE/jvm-archive.log" "$BIN/python" -m journal_spark.jvm_archive build "$STATE")
-SESSIONS+=("$archive")
+background "$STATE/jvm-archive.log" "$BIN/python" -m journal_spark.jvm_archive build "$STATE"; archive=$BG
 make --no-print-directory lint; linted=$?
 
 wait "$docker"; engine=$?
 cat "$STATE/docker/start.log"
 if ((engine == 0)); then
-    images=$(background "$STATE/docker/images.log" "$BIN/python" -m tests.packaging.compose_cluster build)
-    echo "$images" >"$STATE/docker/images.pid"
-    SESSIONS+=("$images")
+    background "$STATE/docker/images.log" "$BIN/python" -m tests.packaging.compose_cluster build
+    echo "$BG" >"$STATE/docker/images.pid"
 else
     echo "make test: no Docker engine (log: $STATE/docker/start.log)" >&2
 fi
 
 wait "$services"; started=$?
 cat "$STATE/start.log"
-((started == 0)) || fail "$(grep -h 'start failed' "$STATE/start.log" | sed 's/^\[all\] //' | paste -sd ';' -)"
+((started == 0)) || fail "$(grep -h 'start failed' "$STATE/start.log" | sed 's/^\[all\] //' | paste -sd ';' -)" \
+    "(all of the services' start: $STATE/start.log)"
 ((linted == 0)) || fail "make lint found problems: see above"
 wait "$archive" || echo "make test: no JVM class archive (log: $STATE/jvm-archive.log); Spark starts slower" >&2
 cat "$STATE/jvm-archive.log"
