@@ -49,6 +49,13 @@ def error_answer(exc: BaseException, max_request: int) -> Answer:
                            f"the request body is over {max_request} bytes (TOYMB_MAX_REQUEST)",
                            limit="request", max=max_request)
         code = _HTTP_CODES.get(status, (exc.name or "error").lower().replace(" ", "_"))
+        if status == 404:
+            return _answer(404, code, "no such endpoint: the API is described at /openapi.json",
+                           api="/openapi.json")
+        if status == 405:
+            allowed = sorted(getattr(exc, "valid_methods", None) or ())
+            status, body, headers = _answer(405, code, f"this endpoint takes {', '.join(allowed) or 'no method'}")
+            return status, body, {**headers, "Allow": ", ".join(allowed)} if allowed else headers
         return _answer(status, code, exc.description or exc.name)
     log.error("unhandled error", exc_info=exc)
     return _answer(500, "internal_error", f"unexpected {type(exc).__name__}; see the node's log")

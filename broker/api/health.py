@@ -44,4 +44,5 @@ def ready() -> tuple[Response, int]:
 @routes.add("GET", "/metrics", role=ADMIN, summary="Prometheus metrics",
             doc=lambda s: {"responses": {"200": text_answer("Prometheus text format"), **errors()}})
 def metrics() -> Response:
-    return Response(node().metrics.render(), mimetype=CONTENT_TYPE)
+    # content_type, not mimetype: Flask adds "; charset=utf-8" to a mimetype, and CONTENT_TYPE has one.
+    return Response(node().metrics.render(), content_type=CONTENT_TYPE)

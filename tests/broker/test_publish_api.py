@@ -123,3 +123,20 @@ def test_health_ready_metrics(client: FlaskClient) -> None:
     client.post("/v1/topics/t/messages", json={"messages": [{"body": i} for i in range(3)]})
     text = client.get("/metrics").get_data(as_text=True)
     assert "toymb_group_commit_rows_count 2.0" in text and "toymb_group_commit_rows_sum 4.0" in text
+
+
+def test_unknown_paths_and_methods_say_what_the_api_takes(client: FlaskClient) -> None:
+    r = client.get("/v1/topic/t/messages")   # a typo of /v1/topics
+    assert r.status_code == 404 and r.is_json
+    assert r.get_json()["api"] == "/openapi.json" and "/openapi.json" in r.get_json()["message"]
+    r = client.delete("/v1/topics/t/messages")
+    assert r.status_code == 405 and r.get_json()["error"] == "method_not_allowed"
+    allowed = {m.strip() for m in r.headers["Allow"].split(",")}
+    assert "POST" in allowed and "DELETE" not in allowed
+    assert "POST" in r.get_json()["message"]
+
+
+def test_metrics_name_their_charset_once(client: FlaskClient) -> None:
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].count("charset") == 1, r.headers["Content-Type"]
