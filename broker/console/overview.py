@@ -40,11 +40,16 @@ CACHE_S = 0.5
 
 
 def cluster_section(node: Node) -> dict[str, Any]:
-    """The registered nodes as this node last read them, with the age of each one's heartbeat."""
+    """The registered nodes as this node last read them, with the age of each one's heartbeat.
+
+    A node that stopped cleanly gave its lease back (heartbeat 0): its age is None and ``left`` true,
+    not the time since 1970.
+    """
     view = node.membership.view
     now = view.db_now_ms
-    nodes = [{"name": r.name, "id": r.id, "url": r.url, "alive": r.alive,
-              "lease_age_ms": max(0, now - r.heartbeat_ms), "started": r.started_ms}
+    nodes = [{"name": r.name, "id": r.id, "url": r.url, "alive": r.alive, "left": r.heartbeat_ms == 0,
+              "lease_age_ms": None if r.heartbeat_ms == 0 else max(0, now - r.heartbeat_ms),
+              "started": r.started_ms}
              for r in sorted(view.rows, key=lambda r: r.name)]
     return {"answered_by": node.name, "lease_ms": node.settings.node_lease_ms, "checked_at": now,
             "lease_fresh": node.membership.lease_fresh(), "live": sorted(m.name for m in view.live), "nodes": nodes}

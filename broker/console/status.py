@@ -48,6 +48,22 @@ def _push(group: dict[str, Any]) -> str:
     return f"{', '.join(p for p in parts if p) or 'ok'} ({group['dispatched_by']})"
 
 
+def readable_ms(ms: int | None) -> str:
+    """A duration as people read it: ``850 ms``, ``4.2 s``, ``9 min 8 s``, ``3 h 5 min``; None: ``left``."""
+    if ms is None:
+        return "left (stopped cleanly)"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    s = ms // 1000
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
 def render(o: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     """The overview ``o`` as text; rates need the look ``before`` it."""
     c = o["cluster"]
@@ -57,7 +73,7 @@ def render(o: dict[str, Any], before: dict[str, Any] | None = None) -> str:
         owned[t["owner"]] = owned.get(t["owner"], 0) + 1
     lines = [f"ToyMB: {len(c['live'])} of {len(c['nodes'])} nodes live, answered by {c['answered_by']} at {at}", ""]
     lines += table(("NODE", "ALIVE", "LEASE AGE", "TOPICS", "URL"), [
-        (n["name"], "yes" if n["alive"] else "NO", f"{n['lease_age_ms']} ms", owned.get(n["name"], 0), n["url"])
+        (n["name"], "yes" if n["alive"] else "NO", readable_ms(n["lease_age_ms"]), owned.get(n["name"], 0), n["url"])
         for n in c["nodes"]])
     rates = _rates(o, before)
     lines += [""] + table(("TOPIC", "PARTITIONS", "OWNER", "EPOCH", "END", "RATE/S", "DEAD LETTERS"), [

@@ -61,7 +61,16 @@
   }
 
   function n(x) { return typeof x === "number" ? x.toLocaleString("en-US") : "–"; }
-  function age(ms) { return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s"; }
+  // Durations as people read them (status.py's readable_ms says the same); null: the node left cleanly.
+  function age(ms) {
+    if (ms === null || ms === undefined) return "left (stopped cleanly)";
+    if (ms < 1000) return ms + " ms";
+    if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+    const s = Math.floor(ms / 1000);
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+    return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
+  }
 
   function setStatus(text, cls) { const s = $("status"); s.textContent = text; s.className = "status " + (cls || ""); }
 
