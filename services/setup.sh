@@ -41,7 +41,7 @@ kill_session() {
 }
 
 engine_was_up=0
-[[ -S /var/run/docker.sock ]] && timeout 10 docker info >/dev/null 2>&1 && engine_was_up=1
+bash services/docker.sh status >/dev/null 2>&1 && engine_was_up=1
 
 fail() {
     echo "make test: setup failed: $*" >&2

@@ -53,9 +53,9 @@ def error_answer(exc: BaseException, max_request: int) -> Answer:
             return _answer(404, code, "no such endpoint: the API is described at /openapi.json",
                            api="/openapi.json")
         if status == 405:
-            allowed = sorted(getattr(exc, "valid_methods", None) or ())
-            status, body, headers = _answer(405, code, f"this endpoint takes {', '.join(allowed) or 'no method'}")
-            return status, body, {**headers, "Allow": ", ".join(allowed)} if allowed else headers
+            allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
+            status, body, _ = _answer(405, code, f"this endpoint takes {allowed or 'no method'}")
+            return status, body, {"Allow": allowed} if allowed else {}
         return _answer(status, code, exc.description or exc.name)
     log.error("unhandled error", exc_info=exc)
     return _answer(500, "internal_error", f"unexpected {type(exc).__name__}; see the node's log")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import base64
 
 import pytest
+import requests
 from flask.testing import FlaskClient
 
 from broker.envelope import render_row
 from broker.partitioning import partition_for
+from tests.support import NodeProcess
 
 
 def test_single_publish_answers_coordinates_and_is_readable(client: FlaskClient) -> None:
@@ -140,3 +142,14 @@ def test_metrics_name_their_charset_once(client: FlaskClient) -> None:
     r = client.get("/metrics")
     assert r.status_code == 200
     assert r.headers["Content-Type"].count("charset") == 1, r.headers["Content-Type"]
+
+
+def test_a_real_node_sends_the_pointer_allow_and_one_charset(node_process: NodeProcess) -> None:
+    """The same answers through the node's own HTTP server, not only Flask's test client."""
+    url = node_process.url
+    r = requests.get(f"{url}/v1/topic/t/messages", timeout=10)
+    assert r.status_code == 404 and r.json()["api"] == "/openapi.json"
+    r = requests.delete(f"{url}/v1/topics/t/messages", timeout=10)
+    assert r.status_code == 405 and "POST" in r.headers["Allow"]
+    r = requests.get(f"{url}/metrics", timeout=10)
+    assert r.status_code == 200 and r.headers["Content-Type"].count("charset") == 1, r.headers
